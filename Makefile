@@ -1,0 +1,39 @@
+# Two entry points for a fresh machine: `make demo` (the main job) and `make test`.
+# Each builds what it needs first; the stamp files make a second run skip finished installs.
+SHELL := /bin/bash
+PY311 ?= $(shell command -v python3.11 || echo $(HOME)/.pyenv/versions/3.11.7/bin/python3.11)
+PY310 ?= $(shell ls $(HOME)/.pyenv/versions/3.10.*/bin/python3.10 2>/dev/null | tail -n 1 || command -v python3.10)
+VENV := .venv
+LAVA := .venv-lava
+STAMP := $(VENV)/.edgesmith-installed
+LAVA_STAMP := $(LAVA)/.edgesmith-installed
+ES := $(VENV)/bin/edgesmith
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test benchmark clean-cache
+
+setup: $(STAMP) $(LAVA_STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(VENV)/bin/python || $(PY311) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip setuptools wheel
+	$(VENV)/bin/python -m pip install -q -e '.[test]'
+	@touch $@
+
+$(LAVA_STAMP):
+	@test -n "$(PY310)" || { echo "Python 3.10 not found: install it (pyenv install 3.10) for the Lava env"; exit 1; }
+	@test -x $(LAVA)/bin/python || $(PY310) -m venv $(LAVA)
+	$(LAVA)/bin/python -m pip install -q 'lava-nc==0.10.0' 'numpy<2' 'networkx<=2.8.7' scipy
+	@touch $@
+
+demo: setup
+	$(ES) demo --out runs/demo --force
+
+test: setup
+	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+
+benchmark: setup
+	$(VENV)/bin/python -m pytest -q bench/benchmarks --benchmark-only --benchmark-columns=min,median,mean,stddev,rounds
+
+clean-cache:
+	rm -rf .cache

@@ -1,0 +1,248 @@
+"""Pass machinery: a pass is a config dataclass plus a handler registered for that config type.
+
+    @dataclass
+    class Int8QdqConfig(PassConfig):
+        kind: ClassVar[str] = "int8-qdq"
+        calibration: str = "minmax"
+        def validate(self): ...
+
+    @register_pass(Int8QdqConfig)
+    def _int8(artifact, config, ctx) -> PassResult: ...
+
+``apply_pass(artifact, config, ctx)`` dispatches on the config's type. Configs validate on
+construction and round-trip through JSON (``to_dict`` / ``config_from_dict``), so a recipe file and
+a report name the same thing. Artifacts are what flows between passes: an in-memory torch module or
+a file in one of the export formats.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+
+from models.common import EdgesmithError, check_finite_array
+
+# --- artifacts -----------------------------------------------------------------------------------
+
+FORMATS = ("torch", "onnx", "lava")
+
+
+@dataclass
+class Artifact:
+    """A model at one point of the pipeline.
+
+    ``format`` is one of ``FORMATS``. A ``torch`` artifact carries ``module`` (in eval mode); the
+    others carry ``path`` to a file written atomically by the pass that produced it. ``meta`` holds
+    facts later stages need (input name and shape, quantization scheme, which passes ran).
+    """
+
+    format: str
+    path: Path | None = None
+    module: Any = None
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.format not in FORMATS:
+            raise ValueError(f"unknown artifact format {self.format!r}; expected one of {FORMATS}")
+        if self.format == "torch" and self.module is None:
+            raise ValueError("a torch artifact needs a module")
+        if self.format != "torch" and self.path is None:
+            raise ValueError(f"a {self.format} artifact needs a path")
+        if self.path is not None:
+            self.path = Path(self.path)
+
+    def size_bytes(self) -> int:
+        """Bytes on disk (for torch: the fp32 parameter and buffer bytes, as a state dict would hold)."""
+        if self.path is not None:
+            p = Path(self.path)
+            if p.is_dir():
+                return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+            return p.stat().st_size
+        return int(sum(t.numel() * t.element_size() for t in self.module.state_dict().values()))
+
+    def describe(self) -> str:
+        return f"{self.format}:{self.path}" if self.path else f"{self.format}:<in memory>"
+
+
+# --- configs ----------------------------------------------------------------------------------------
+
+_CONFIG_TYPES: dict[str, type["PassConfig"]] = {}
+
+
+@dataclass
+class PassConfig:
+    """Base class of every pass config. Subclasses set ``kind``, ``input_format``, ``output_format``."""
+
+    kind: ClassVar[str] = ""
+    input_format: ClassVar[str] = "torch"
+    output_format: ClassVar[str] = "torch"
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``EdgesmithError`` on a bad field. Override in subclasses."""
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, **dataclasses.asdict(self)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def _fail(self, field_name: str, problem: str, fix: str) -> None:
+        raise EdgesmithError(f"{self.kind}: {field_name} {problem}.", fix)
+
+
+def config_from_dict(d: dict) -> PassConfig:
+    """Rebuild a config from ``to_dict`` output (or a recipe table): ``{"kind": ..., fields...}``."""
+    d = dict(d)
+    kind = d.pop("kind", None)
+    if kind not in _CONFIG_TYPES:
+        raise EdgesmithError(
+            f"unknown pass {kind!r}.", f"use one of: {', '.join(sorted(_CONFIG_TYPES))}."
+        )
+    cls = _CONFIG_TYPES[kind]
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise EdgesmithError(
+            f"pass {kind!r} has no option(s) {', '.join(unknown)}.",
+            f"valid options: {', '.join(sorted(names)) or '(none)'}.",
+        )
+    for f in dataclasses.fields(cls):  # JSON has lists where configs hold tuples
+        if f.name in d and isinstance(d[f.name], list):
+            d[f.name] = tuple(d[f.name])
+    return cls(**d)
+
+
+def config_from_json(s: str) -> PassConfig:
+    return config_from_dict(json.loads(s))
+
+
+def pass_kinds() -> list[str]:
+    return sorted(_CONFIG_TYPES)
+
+
+def pass_config_type(kind: str) -> type["PassConfig"]:
+    return _CONFIG_TYPES[kind]
+
+
+# --- reports and context ----------------------------------------------------------------------------
+
+
+@dataclass
+class LayerReport:
+    """Per-layer facts of one pass: what happened to one weight tensor and how much it hurt."""
+
+    name: str
+    action: str  # "quantized", "skipped", "pruned", ...
+    bits_per_weight: float | None = None
+    n_params: int | None = None
+    error: dict = field(default_factory=dict)  # e.g. {"weight_sqnr_db": 38.1, "output_sqnr_db": 31.0}
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, "", {})}
+
+
+@dataclass
+class PassReport:
+    """What a pass did: sizes, bits per weight, per-layer detail, skipped layers, timing."""
+
+    config: dict
+    input_format: str
+    output_format: str
+    size_before_bytes: int
+    size_after_bytes: int
+    bits_per_weight: float | None = None
+    layers: list[LayerReport] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def skipped(self) -> list[str]:
+        return [layer.name for layer in self.layers if layer.action == "skipped"]
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["layers"] = [layer.to_dict() for layer in self.layers]
+        d["skipped_layers"] = self.skipped
+        return d
+
+
+@dataclass
+class PassContext:
+    """What a handler may use besides the artifact: calibration data, a work folder, a seed.
+
+    ``evaluate`` (optional) scores an artifact with the producer's metric; passes use it for the
+    per-layer sensitivity table. ``example_input`` fixes the exported input shape.
+    """
+
+    workdir: Path
+    calibration: np.ndarray | None = None
+    example_input: np.ndarray | None = None
+    seed: int = 0
+    evaluate: Callable[[Artifact], float] | None = None
+    sensitivity: bool = False
+    progress: bool = True
+
+    def calibration_checked(self, what: str = "calibration data") -> np.ndarray:
+        if self.calibration is None:
+            raise EdgesmithError(f"this pass needs {what} but none was given.", "pass calibration samples.")
+        return check_finite_array(self.calibration, what)
+
+
+@dataclass
+class PassResult:
+    artifact: Artifact
+    report: PassReport
+
+
+Handler = Callable[[Artifact, PassConfig, PassContext], PassResult]
+_HANDLERS: dict[type, Handler] = {}
+
+
+def register_pass(config_type: type[PassConfig]) -> Callable[[Handler], Handler]:
+    """Decorator: register ``handler`` for ``config_type`` (and make its ``kind`` known)."""
+    if not config_type.kind:
+        raise ValueError(f"{config_type.__name__} must set a class-level 'kind'")
+
+    def deco(handler: Handler) -> Handler:
+        _HANDLERS[config_type] = handler
+        _CONFIG_TYPES[config_type.kind] = config_type
+        return handler
+
+    return deco
+
+
+def apply_pass(artifact: Artifact, config: PassConfig, ctx: PassContext) -> PassResult:
+    """Run one pass: check formats, dispatch on the config type, time it."""
+    handler = _HANDLERS.get(type(config))
+    if handler is None:
+        raise EdgesmithError(f"no handler registered for pass {config.kind!r}.", "register one with @register_pass.")
+    if artifact.format != config.input_format:
+        raise EdgesmithError(
+            f"pass {config.kind!r} takes a {config.input_format} model but got {artifact.describe()}.",
+            "reorder the passes (export before ONNX passes) or use a pass for this format.",
+        )
+    ctx.workdir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    result = handler(artifact, config, ctx)
+    result.report.seconds = time.perf_counter() - t0
+    result.artifact.meta["passes"] = list(artifact.meta.get("passes", [])) + [config.kind]
+    return result
+
+
+def run_passes(artifact: Artifact, configs: list[PassConfig], ctx: PassContext) -> tuple[Artifact, list[PassReport]]:
+    reports = []
+    for cfg in configs:
+        res = apply_pass(artifact, cfg, ctx)
+        artifact = res.artifact
+        reports.append(res.report)
+    return artifact, reports

@@ -1,0 +1,201 @@
+"""Targets: a piece of hardware, the formats it runs, and a cost model with cited coefficients.
+
+A target decides the plan for a model: which compression variants apply (each a list of pass
+configs), which runtime runs them, and how latency and energy are obtained: ``measured`` on this
+machine (host CPU latency) or ``estimated`` from the target's cost model. Every coefficient of a
+cost model is a ``Coefficient`` carrying its value, unit and public source, so a report can say
+exactly where each estimated figure came from.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import ClassVar
+
+from compress.base import PassConfig
+from models.common import EdgesmithError
+
+
+@dataclass(frozen=True)
+class Coefficient:
+    name: str
+    value: float
+    unit: str
+    source: str
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v != ""}
+
+
+@dataclass
+class Workload:
+    """What one inference (one sample, or one time step for streaming models) costs in operations.
+
+    Dense accelerators read ``macs``/``weight_bytes``/``activation_bytes``; neuromorphic ones read the
+    activity counts a simulator reports (``synops``, ``neuron_updates``, ``messages``) over
+    ``timesteps`` steps. ``precision`` is the arithmetic the kernels use ("fp32", "int8", "int4",
+    "fixed").
+    """
+
+    macs: float = 0.0
+    weight_bytes: float = 0.0
+    activation_bytes: float = 0.0
+    precision: str = "fp32"
+    n_layers: int = 0
+    batch: int = 1
+    synops: float = 0.0
+    neuron_updates: float = 0.0
+    messages: float = 0.0
+    timesteps: int = 1
+    source: str = ""  # how these counts were obtained (graph analysis, simulator counters, ...)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Estimate:
+    """A figure set that came from a cost model (never from a meter on this machine)."""
+
+    energy_j: float
+    latency_s: float
+    breakdown: dict
+    coefficients: list[Coefficient]
+    model: str
+    provenance: str = "estimated"
+
+    def to_dict(self) -> dict:
+        return {
+            "provenance": self.provenance,
+            "model": self.model,
+            "energy_j": self.energy_j,
+            "latency_s": self.latency_s,
+            "breakdown": self.breakdown,
+            "coefficients": [c.to_dict() for c in self.coefficients],
+        }
+
+
+class CostModel(ABC):
+    """Latency and energy estimates from a ``Workload``; subclasses list their ``coefficients``."""
+
+    name: ClassVar[str]
+
+    @property
+    @abstractmethod
+    def coefficients(self) -> dict[str, Coefficient]:
+        ...
+
+    @abstractmethod
+    def estimate(self, work: Workload) -> Estimate:
+        ...
+
+    def c(self, key: str) -> float:
+        return self.coefficients[key].value
+
+    def used(self, *keys: str) -> list[Coefficient]:
+        return [self.coefficients[k] for k in keys]
+
+
+@dataclass
+class Variant:
+    """One compressed form of the model the target can run: a name and the passes that make it."""
+
+    name: str
+    passes: list[PassConfig]
+    runtimes: list[str]
+    description: str = ""
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "passes": [p.to_dict() for p in self.passes], "runtimes": self.runtimes,
+                "description": self.description}
+
+
+@dataclass
+class Plan:
+    target: str
+    variants: list[Variant]
+    latency_provenance: str  # "measured" or "estimated"
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"target": self.target, "latency_provenance": self.latency_provenance,
+                "variants": [v.to_dict() for v in self.variants], "notes": self.notes}
+
+
+@dataclass
+class PlanOptions:
+    """User choices that shape a plan (from CLI flags or a recipe)."""
+
+    calibration: str = "minmax"  # int8 activation calibration: minmax | percentile
+    percentile: float = 99.99
+    int4_block_size: int = 32
+    prune_sparsity: float = 0.0  # 0 disables the pruned variant
+    tvm: bool = True
+    tvm_tune_trials: int = 0  # 0: untuned only
+    variants: tuple[str, ...] = ()  # empty: all the target offers
+
+
+class Target(ABC):
+    """A deployment target. Subclasses are registered with ``@register_target``."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    numeric_formats: ClassVar[tuple[str, ...]]
+    memory_budget_bytes: ClassVar[int]
+    memory_budget_source: ClassVar[str]
+    runtime: ClassVar[str]  # the runtime that runs the deployed artifact
+    export_format: ClassVar[str]
+    latency_provenance: ClassVar[str]  # "measured" here, or "estimated" (no device on this machine)
+
+    @property
+    @abstractmethod
+    def cost_model(self) -> CostModel:
+        ...
+
+    @abstractmethod
+    def plan(self, producer, options: PlanOptions) -> Plan:
+        """The variants to build for ``producer`` and the runtimes that run each."""
+
+    def check_fits(self, size_bytes: int, what: str) -> None:
+        if size_bytes > self.memory_budget_bytes:
+            raise EdgesmithError(
+                f"{what} needs {size_bytes / 2**20:.1f} MiB but {self.name} has a budget of "
+                f"{self.memory_budget_bytes / 2**20:.1f} MiB.",
+                "compress further (int4, pruning) or pick a target with more memory.",
+            )
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "numeric_formats": list(self.numeric_formats),
+            "memory_budget_bytes": self.memory_budget_bytes,
+            "memory_budget_source": self.memory_budget_source,
+            "runtime": self.runtime,
+            "export_format": self.export_format,
+            "latency_provenance": self.latency_provenance,
+            "cost_model": self.cost_model.name,
+            "coefficients": [c.to_dict() for c in self.cost_model.coefficients.values()],
+        }
+
+
+_TARGETS: dict[str, type[Target]] = {}
+
+
+def register_target(cls: type[Target]) -> type[Target]:
+    _TARGETS[cls.name] = cls
+    return cls
+
+
+def target_names() -> list[str]:
+    return sorted(_TARGETS)
+
+
+def get_target(name: str) -> Target:
+    try:
+        return _TARGETS[name]()
+    except KeyError:
+        raise EdgesmithError(
+            f"unknown target {name!r}.", f"use one of: {', '.join(target_names())} (see `edgesmith targets`)."
+        ) from None

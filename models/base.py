@@ -1,0 +1,130 @@
+"""The producer contract: every model source in edgesmith is a ``Producer``.
+
+A producer builds (usually trains, here and quickly) a small model and gives what the rest of the
+pipeline needs to compress, export and judge it: calibration data (drawn from training data only),
+example inputs of the right shape, and an evaluation metric computed from a prediction function, so
+the same metric can score fp32 torch, an int8 ONNX model or a Lava simulation alike.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar
+
+import numpy as np
+
+from models.common import EdgesmithError
+
+PredictFn = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """How a producer's evaluation is read: its name and whether larger is better."""
+
+    name: str
+    higher_is_better: bool = True
+    unit: str = ""
+
+
+@dataclass
+class Evaluation:
+    """One evaluation of one model: the headline metric and any extra figures."""
+
+    metric: Metric
+    value: float
+    n_samples: int
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "metric": self.metric.name,
+            "value": float(self.value),
+            "higher_is_better": self.metric.higher_is_better,
+            "unit": self.metric.unit,
+            "n_samples": int(self.n_samples),
+            **({"extra": self.extra} if self.extra else {}),
+        }
+
+
+class Producer(ABC):
+    """Builds a model plus the data to calibrate, exercise and evaluate it.
+
+    ``__init__`` only stores arguments (scikit-learn style); ``build`` does the work and caches the
+    trained module in ``module_``.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    metric: ClassVar[Metric]
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+
+    # --- model -------------------------------------------------------------------------------
+    @abstractmethod
+    def build(self) -> "Producer":
+        """Train or load the model into ``self.module_`` (a ``torch.nn.Module`` in eval mode)."""
+
+    @property
+    def module(self):
+        if not hasattr(self, "module_"):
+            self.build()
+        return self.module_
+
+    @property
+    @abstractmethod
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one sample, without the batch dimension."""
+
+    # --- data --------------------------------------------------------------------------------
+    @abstractmethod
+    def calibration_data(self, n: int = 128) -> np.ndarray:
+        """Up to ``n`` samples from the training split, float32, batch first."""
+
+    def example_inputs(self, batch: int = 1) -> np.ndarray:
+        """``batch`` deterministic samples of the right shape and dtype."""
+        x = self.calibration_data(max(batch, 1))
+        reps = int(np.ceil(batch / len(x)))
+        return np.ascontiguousarray(np.concatenate([x] * reps)[:batch])
+
+    @abstractmethod
+    def evaluate(self, predict: PredictFn) -> Evaluation:
+        """Score a prediction function (batch of inputs -> batch of outputs) on held-out data."""
+
+    def check_input(self, x: np.ndarray) -> np.ndarray:
+        """Reject inputs whose per-sample shape does not match ``input_shape``."""
+        x = np.asarray(x)
+        if tuple(x.shape[1:]) != tuple(self.input_shape):
+            raise EdgesmithError(
+                f"input has shape {tuple(x.shape)} but {self.name} expects (batch, "
+                f"{', '.join(map(str, self.input_shape))}).",
+                "reshape the input to the model's input shape.",
+            )
+        return x
+
+
+_PRODUCERS: dict[str, type[Producer]] = {}
+
+
+def register_producer(cls: type[Producer]) -> type[Producer]:
+    """Class decorator: make a producer available by its ``name``."""
+    if cls.name in _PRODUCERS and _PRODUCERS[cls.name] is not cls:
+        raise ValueError(f"producer name {cls.name!r} registered twice")
+    _PRODUCERS[cls.name] = cls
+    return cls
+
+
+def producer_names() -> list[str]:
+    return sorted(_PRODUCERS)
+
+
+def get_producer(name: str, **kwargs) -> Producer:
+    try:
+        cls = _PRODUCERS[name]
+    except KeyError:
+        raise EdgesmithError(
+            f"unknown model {name!r}.",
+            f"use one of: {', '.join(producer_names())} (see `edgesmith models`).",
+        ) from None
+    return cls(**kwargs)

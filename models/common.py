@@ -1,0 +1,116 @@
+"""Shared plumbing for every edgesmith package: the user-error type, safe writes, seeding.
+
+It lives in ``models`` because ``models`` is the most upstream package: everything downstream
+(compress -> hardware -> runtimes -> bench) may import it without the data flow turning back.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+
+class EdgesmithError(Exception):
+    """A problem the user can fix. The CLI prints it as one line (problem + fix) and exits non-zero.
+
+    ``fix`` says what to do about it; keep both parts short and concrete.
+    """
+
+    exit_code = 2
+
+    def __init__(self, problem: str, fix: str | None = None):
+        self.problem = problem
+        self.fix = fix
+        super().__init__(problem if not fix else f"{problem} Fix: {fix}")
+
+
+def seed_everything(seed: int) -> np.random.Generator:
+    """Seed Python, NumPy and torch (if imported) and return a NumPy generator for local use."""
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    try:
+        import torch
+
+        torch.manual_seed(seed)
+    except ImportError:  # pragma: no cover - torch is a hard dependency of the main env
+        pass
+    return np.random.default_rng(seed)
+
+
+@contextlib.contextmanager
+def atomic_path(final: str | os.PathLike, *, force: bool = False) -> Iterator[Path]:
+    """Yield a temporary path beside ``final``; on success rename it into place.
+
+    Works for files and directories alike: whatever the caller creates at the yielded path is
+    moved to ``final`` only if the block finishes without an exception, so a crash never leaves a
+    half-written artifact. An existing ``final`` is replaced only with ``force=True``.
+    """
+    final = Path(final)
+    if final.exists() and not force:
+        raise EdgesmithError(
+            f"{final} already exists and would be overwritten.",
+            "choose another output path or pass --force to replace it.",
+        )
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    tmp = tmp_dir / final.name
+    try:
+        yield tmp
+        if not tmp.exists():
+            raise RuntimeError(f"nothing was written to the temporary path for {final}")
+        if final.exists():
+            if final.is_dir() and not final.is_symlink():
+                shutil.rmtree(final)
+            else:
+                final.unlink()
+        os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def write_json(path: str | os.PathLike, obj: Any, *, force: bool = True) -> Path:
+    """Write JSON atomically (temp file + rename)."""
+    path = Path(path)
+    with atomic_path(path, force=force) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+    return path
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def check_finite_array(x: np.ndarray, what: str) -> np.ndarray:
+    """Reject empty or non-finite arrays with a clear message (used for calibration and inputs)."""
+    x = np.asarray(x)
+    if x.size == 0 or (x.ndim >= 1 and x.shape[0] == 0):
+        raise EdgesmithError(f"{what} is empty.", f"provide at least one sample of {what}.")
+    if np.issubdtype(x.dtype, np.floating) and not np.all(np.isfinite(x)):
+        bad = int(np.size(x) - np.count_nonzero(np.isfinite(x)))
+        raise EdgesmithError(
+            f"{what} contains {bad} NaN or infinite values.",
+            f"clean or re-generate {what}; every value must be finite.",
+        )
+    return x
+
+
+def cache_dir() -> Path:
+    """Where trained reference models and compiled kernels are cached (EDGESMITH_CACHE overrides)."""
+    root = Path(os.environ.get("EDGESMITH_CACHE", Path(__file__).resolve().parent.parent / ".cache"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root

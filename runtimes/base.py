@@ -1,0 +1,108 @@
+"""One interface for every backend: load an artifact, run inputs, get outputs plus run statistics.
+
+    rt = get_runtime("onnxruntime", threads=2).load(artifact)
+    result = rt.run(x)          # RunResult(outputs=np.ndarray, stats={...})
+
+Each backend is one file in this package with the same small class shape (tinygrad style); adding a
+backend is adding a file and one registration line in ``runtimes/__init__.py``. ``__init__`` stores
+options only; ``load`` does the work and returns ``self``; loaded state ends in ``_``.
+"""
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from compress.base import Artifact
+from models.common import EdgesmithError
+
+
+@dataclass
+class RunResult:
+    """Outputs of one ``run`` call and what the backend knows about it.
+
+    ``stats`` always has ``wall_s`` (the call's wall time in this process, measured with
+    perf_counter). Backends add their own: thread count, compile time, activity counts (Lava).
+    """
+
+    outputs: np.ndarray
+    stats: dict = field(default_factory=dict)
+
+
+class Runtime(ABC):
+    name: ClassVar[str]
+    formats: ClassVar[tuple[str, ...]]  # artifact formats this backend loads
+    description: ClassVar[str] = ""
+
+    def __init__(self, threads: int | None = None, **options):
+        self.threads = threads
+        self.options = options
+
+    def load(self, artifact: Artifact) -> "Runtime":
+        if artifact.format not in self.formats:
+            raise EdgesmithError(
+                f"runtime {self.name!r} cannot load a {artifact.format} artifact ({artifact.describe()}).",
+                f"export to one of: {', '.join(self.formats)}.",
+            )
+        if artifact.path is not None and not artifact.path.exists():
+            raise EdgesmithError(f"model file {artifact.path} does not exist.", "check the path or re-run the export.")
+        self.artifact_ = artifact
+        self._load(artifact)
+        return self
+
+    @abstractmethod
+    def _load(self, artifact: Artifact) -> None:
+        ...
+
+    def run(self, inputs: np.ndarray) -> RunResult:
+        if not hasattr(self, "artifact_"):
+            raise RuntimeError(f"{self.name}: call load() before run()")
+        x = np.ascontiguousarray(inputs, dtype=np.float32)
+        self._check_shape(x)
+        t0 = time.perf_counter()
+        out, stats = self._run(x)
+        stats = {"wall_s": time.perf_counter() - t0, "runtime": self.name, **stats}
+        return RunResult(np.asarray(out), stats)
+
+    def _check_shape(self, x: np.ndarray) -> None:
+        expected = self.artifact_.meta.get("input_shape")
+        if expected is not None and tuple(x.shape[1:]) != tuple(expected):
+            raise EdgesmithError(
+                f"input has shape {tuple(x.shape)} but the model expects (batch, {', '.join(map(str, expected))}).",
+                "reshape the input to the model's input shape.",
+            )
+
+    @abstractmethod
+    def _run(self, x: np.ndarray) -> tuple[np.ndarray, dict]:
+        ...
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        """Whether this backend can run here, and if not, why (and how to fix it)."""
+        return True, ""
+
+
+_RUNTIMES: dict[str, type[Runtime]] = {}
+
+
+def register_runtime(cls: type[Runtime]) -> type[Runtime]:
+    _RUNTIMES[cls.name] = cls
+    return cls
+
+
+def runtime_names() -> list[str]:
+    return sorted(_RUNTIMES)
+
+
+def get_runtime(name: str, **options) -> Runtime:
+    try:
+        cls = _RUNTIMES[name]
+    except KeyError:
+        raise EdgesmithError(f"unknown runtime {name!r}.", f"use one of: {', '.join(runtime_names())}.") from None
+    ok, why = cls.available()
+    if not ok:
+        raise EdgesmithError(f"runtime {name!r} is not available: {why}")
+    return cls(**options)
