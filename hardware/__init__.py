@@ -7,5 +7,9 @@ from hardware.base import (
     target_names,
 )
 
+from hardware import host_cpu  # noqa: F401  (registers host-cpu)
+from hardware import jetson_orin_nano  # noqa: F401  (registers jetson-orin-nano)
+from hardware import loihi2  # noqa: F401  (registers loihi2)
+
 __all__ = ["Coefficient", "CostModel", "Estimate", "Plan", "PlanOptions", "Target", "Variant", "Workload",
            "get_target", "register_target", "target_names"]

@@ -49,6 +49,7 @@ class Workload:
     messages: float = 0.0
     timesteps: int = 1
     source: str = ""  # how these counts were obtained (graph analysis, simulator counters, ...)
+    measured_latency_s: float | None = None  # wall time of one call on `batch` samples, when measured here
 
     def to_dict(self) -> dict:
         return asdict(self)

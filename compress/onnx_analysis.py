@@ -1,0 +1,218 @@
+"""Shared measuring tools of the compression passes: weight layers, SQNR, captured tensors, bit counts.
+
+The int8, int4 and pruning passes all report the same things (which weight tensors they touched,
+how many bits each stored weight costs, how far the result drifted from fp32), so the pieces live
+here once:
+
+* ``find_weight_layers`` lists the weight-carrying nodes (MatMul, Gemm, Conv) of an ONNX graph,
+  with the constant weight when there is one and the reason when there is not.
+* ``sqnr_db`` is the signal-to-quantization-noise ratio used for both weights and layer outputs.
+* ``capture_tensors`` / ``output_sqnr`` expose intermediate tensors as extra graph outputs of an
+  in-memory copy of a model and compare two models tensor by tensor.
+* ``tensor_bits`` / ``bits_per_weight`` do the storage accounting from the tensors a file holds.
+* ``quiet_onnxruntime`` keeps onnxruntime's quantization tools from printing to the console.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from compress.base import LayerReport
+from models.common import EdgesmithError
+
+WEIGHT_OPS = ("MatMul", "Gemm", "Conv")
+
+# Bits one element of an ONNX tensor type occupies on disk (sub-byte types are packed).
+_DTYPE_BITS = {
+    onnx.TensorProto.FLOAT: 32, onnx.TensorProto.FLOAT16: 16, onnx.TensorProto.BFLOAT16: 16,
+    onnx.TensorProto.DOUBLE: 64, onnx.TensorProto.INT8: 8, onnx.TensorProto.UINT8: 8,
+    onnx.TensorProto.INT16: 16, onnx.TensorProto.UINT16: 16, onnx.TensorProto.INT32: 32,
+    onnx.TensorProto.UINT32: 32, onnx.TensorProto.INT64: 64, onnx.TensorProto.UINT64: 64,
+    onnx.TensorProto.INT4: 4, onnx.TensorProto.UINT4: 4, onnx.TensorProto.BOOL: 8,
+}
+
+
+# --- graph inspection ---------------------------------------------------------------------------
+
+
+@dataclass
+class WeightLayer:
+    """One weight-carrying node: its name, output tensor and constant weight (if it has one).
+
+    ``weight`` is None when the node's weight input is not a constant initializer (computed at run
+    time, or fed by another node); ``reason`` then says so, and quantizers skip the layer.
+    """
+
+    node_name: str
+    op_type: str
+    output: str
+    weight_name: str | None
+    weight: np.ndarray | None
+    reason: str = ""
+
+    @property
+    def n_params(self) -> int | None:
+        return None if self.weight is None else int(self.weight.size)
+
+
+def load_model(path: str | Path) -> onnx.ModelProto:
+    try:
+        return onnx.load(str(path))
+    except Exception as e:  # onnx raises DecodeError, OSError, ...: all mean "not a readable model"
+        raise EdgesmithError(f"could not read ONNX model {path}: {type(e).__name__}.",
+                             "re-run the export step that wrote it.") from None
+
+
+def initializers(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
+    return {t.name: t for t in model.graph.initializer}
+
+
+def graph_input_name(model: onnx.ModelProto) -> str:
+    """The model's one data input (initializers listed as inputs, as old exporters do, are ignored)."""
+    inits = set(initializers(model))
+    names = [i.name for i in model.graph.input if i.name not in inits]
+    if len(names) != 1:
+        raise EdgesmithError(f"the model has {len(names)} data inputs; the compression passes handle one.",
+                             "export a model with a single input tensor.")
+    return names[0]
+
+
+def find_weight_layers(model: onnx.ModelProto, op_types: Iterable[str] = WEIGHT_OPS) -> list[WeightLayer]:
+    """Every MatMul/Gemm/Conv node in graph order, with its constant weight (input 1) if present."""
+    inits = initializers(model)
+    layers = []
+    for node in model.graph.node:
+        if node.op_type not in op_types or len(node.input) < 2:
+            continue
+        wname = node.input[1]
+        if wname in inits:
+            layers.append(WeightLayer(node.name, node.op_type, node.output[0], wname,
+                                      numpy_helper.to_array(inits[wname])))
+        else:
+            layers.append(WeightLayer(node.name, node.op_type, node.output[0], None, None,
+                                      reason="its weight is computed at run time, not a constant initializer"))
+    return layers
+
+
+def check_node_names(model: onnx.ModelProto, names: Iterable[str], field_name: str) -> None:
+    """Reject node names (``exclude`` lists) that the model does not contain."""
+    known = {n.name for n in model.graph.node}
+    unknown = sorted(set(names) - known)
+    if unknown:
+        candidates = [layer.node_name for layer in find_weight_layers(model)]
+        raise EdgesmithError(f"{field_name} names node(s) not in the model: {', '.join(unknown)}.",
+                             f"use node names of this model, e.g. {', '.join(candidates[:6]) or '(none)'}.")
+
+
+# --- error measures -----------------------------------------------------------------------------
+
+
+def sqnr_db(reference: np.ndarray, approx: np.ndarray) -> float:
+    """10 log10(sum ref^2 / sum (ref - approx)^2) in dB; +inf when the two are identical."""
+    ref = np.asarray(reference, dtype=np.float64)
+    err = ref - np.asarray(approx, dtype=np.float64)
+    noise = float(np.sum(err * err))
+    signal = float(np.sum(ref * ref))
+    if noise == 0.0:
+        return math.inf
+    if signal == 0.0:
+        return -math.inf
+    return 10.0 * math.log10(signal / noise)
+
+
+def report_db(value: float | None) -> float | None:
+    """An SQNR as it goes into a report: rounded, and None for "exact" (JSON has no infinity)."""
+    if value is None or not math.isfinite(value):
+        return None
+    return round(float(value), 3)
+
+
+def with_extra_outputs(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
+    """An in-memory copy of ``model`` that also returns the tensors ``names`` (float tensors)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    present = {o.name for o in m.graph.output}
+    for name in names:
+        if name not in present:
+            m.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+            present.add(name)
+    return m
+
+
+def capture_tensors(model: onnx.ModelProto, names: list[str], x: np.ndarray, batch: int = 256) -> dict[str, np.ndarray]:
+    """Run ``model`` on ``x`` (batch first) and return the named intermediate tensors, concatenated."""
+    import onnxruntime as ort
+
+    m = with_extra_outputs(model, names)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    inp = graph_input_name(model)
+    parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    for i in range(0, len(x), batch):
+        outs = sess.run(names, {inp: np.ascontiguousarray(x[i:i + batch], dtype=np.float32)})
+        for n, v in zip(names, outs):
+            parts[n].append(np.asarray(v))
+    return {n: np.concatenate(v) for n, v in parts.items()}
+
+
+def output_sqnr(reference: onnx.ModelProto, candidate: onnx.ModelProto, names: list[str],
+                x: np.ndarray) -> dict[str, float]:
+    """Per-tensor SQNR (dB) of ``candidate`` against ``reference`` for tensors present in both."""
+    def produced(m):
+        return {o for n in m.graph.node for o in n.output} | {i.name for i in m.graph.input}
+
+    common = [n for n in names if n in produced(reference) and n in produced(candidate)]
+    if not common:
+        return {}
+    ref = capture_tensors(reference, common, x)
+    cand = capture_tensors(candidate, common, x)
+    return {n: sqnr_db(ref[n], cand[n]) for n in common}
+
+
+# --- storage accounting -------------------------------------------------------------------------
+
+
+def tensor_bits(tensor: onnx.TensorProto) -> int:
+    """Bits the tensor's elements occupy in the file: element count x element width (no protobuf overhead)."""
+    if tensor.data_type not in _DTYPE_BITS:
+        raise ValueError(f"no bit width known for ONNX type {onnx.TensorProto.DataType.Name(tensor.data_type)}")
+    return int(np.prod(tensor.dims, dtype=np.int64)) * _DTYPE_BITS[tensor.data_type]
+
+
+def bits_per_weight(layers: list[LayerReport]) -> float | None:
+    """Bits per original weight over the layers that were quantized/pruned (skipped ones excluded)."""
+    done = [layer for layer in layers if layer.action != "skipped" and layer.n_params]
+    total = sum(layer.n_params for layer in done)
+    if total == 0:
+        return None
+    return sum(layer.bits_per_weight * layer.n_params for layer in done) / total
+
+
+# --- console hygiene ----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def quiet_onnxruntime() -> Iterator[None]:
+    """Silence onnxruntime.quantization's logging and prints (it logs INFO per node, prints histograms)."""
+    root = logging.getLogger()
+    loggers = [root] + [logging.getLogger(n) for n in list(logging.root.manager.loggerDict)
+                        if n.startswith("onnxruntime")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        for lg, lvl in zip(loggers, levels):
+            lg.setLevel(lvl)

@@ -1,0 +1,231 @@
+"""Post-training static int8 quantization of an ONNX model in QDQ form (onnxruntime.quantization).
+
+Weights: int8, symmetric, per output channel (for a MatMul weight [K, N] the channel axis is 1).
+Activations: 8-bit with ranges calibrated on the producer's calibration samples, by min/max or by a
+percentile of the observed histogram (which ignores rare outliers). The graph keeps fp32 MatMul/Add
+nodes between QuantizeLinear/DequantizeLinear pairs; onnxruntime fuses them into integer kernels.
+
+The model is prepared with ``quant_pre_process`` with its graph optimizations off: shape inference
+helps the quantizer, but the optimizer would fuse MatMul+Add into Gemm and rename the nodes, and
+``exclude`` lists and the per-layer report name the nodes of the exported model.
+
+Bits per weight (per layer and for the pass): over the quantized MatMul/Gemm/Conv weight tensors
+only, the bits of what the file stores for them (int8 values + one fp32 scale + one int8 zero
+point per output channel, i.e. ``8 + 40 / K`` for a [K, N] MatMul weight) divided by the number
+of weights. Biases (quantized by onnxruntime as per-tensor 8-bit inputs of Add) and layers kept
+in fp32 are not counted.
+"""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from compress.base import Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult, register_pass
+from compress.onnx_analysis import (
+    WeightLayer,
+    bits_per_weight,
+    check_node_names,
+    find_weight_layers,
+    graph_input_name,
+    initializers,
+    load_model,
+    output_sqnr,
+    quiet_onnxruntime,
+    report_db,
+    sqnr_db,
+    tensor_bits,
+)
+from compress.sensitivity import sensitivity_requested, sensitivity_table
+from models.common import EdgesmithError, atomic_path
+
+CALIBRATIONS = ("minmax", "percentile")
+ACTIVATION_TYPES = ("uint8", "int8")
+_CALIBRATION_BATCH = 64
+
+
+@dataclass
+class Int8QdqConfig(PassConfig):
+    """Static int8 QDQ quantization.
+
+    ``calibration``: "minmax" or "percentile" (``percentile`` of the activation histogram, 99.99 by
+    default). ``n_calibration``: how many calibration samples to use (the first ones given).
+    ``exclude``: node names kept in fp32. ``activations``: "uint8" (asymmetric; onnxruntime's
+    advice for x86, with or without VNNI) or "int8" (e.g. for ARM).
+    """
+
+    kind: ClassVar[str] = "int8-qdq"
+    input_format: ClassVar[str] = "onnx"
+    output_format: ClassVar[str] = "onnx"
+
+    calibration: str = "minmax"
+    percentile: float = 99.99
+    n_calibration: int = 128
+    exclude: tuple[str, ...] = ()
+    activations: str = "uint8"
+
+    def validate(self) -> None:
+        if self.calibration not in CALIBRATIONS:
+            self._fail("calibration", f"is {self.calibration!r}", f"use one of: {', '.join(CALIBRATIONS)}.")
+        if isinstance(self.percentile, bool) or not isinstance(self.percentile, (int, float)) \
+                or not 50.0 < float(self.percentile) <= 100.0:
+            self._fail("percentile", f"is {self.percentile!r}",
+                       "use a number above 50 and at most 100, e.g. 99.99 (100 keeps every value).")
+        if isinstance(self.n_calibration, bool) or not isinstance(self.n_calibration, int) or self.n_calibration < 1:
+            self._fail("n_calibration", f"is {self.n_calibration!r}", "use a whole number of samples, at least 1.")
+        if isinstance(self.exclude, str) or not all(isinstance(n, str) for n in self.exclude):
+            self._fail("exclude", f"is {self.exclude!r}", "give a list of node names, e.g. [\"/0/MatMul\"].")
+        self.exclude = tuple(self.exclude)
+        if self.activations not in ACTIVATION_TYPES:
+            self._fail("activations", f"is {self.activations!r}", f"use one of: {', '.join(ACTIVATION_TYPES)}.")
+
+
+class _Reader:
+    """Feeds calibration samples to onnxruntime's calibrator in fixed-size batches.
+
+    onnxruntime's ``CalibrationDataReader`` is duck-typed (anything with ``get_next``), so this need
+    not import onnxruntime when ``compress`` is imported.
+    """
+
+    def __init__(self, input_name: str, x: np.ndarray):
+        self._feeds = [{input_name: np.ascontiguousarray(x[i:i + _CALIBRATION_BATCH], dtype=np.float32)}
+                       for i in range(0, len(x), _CALIBRATION_BATCH)]
+        self._it = iter(self._feeds)
+
+    def get_next(self):
+        return next(self._it, None)
+
+    def __len__(self):
+        return len(self._feeds)
+
+
+def _quantize(prepared: Path, out: Path, calib: np.ndarray, config: Int8QdqConfig, cache: Path,
+              *, nodes_to_quantize: list[str] | None = None) -> None:
+    """One quantize_static call; the calibration ranges are computed once and cached in ``cache``."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    reader = _Reader(graph_input_name(load_model(prepared)), calib)
+    method = CalibrationMethod.MinMax if config.calibration == "minmax" else CalibrationMethod.Percentile
+    extra = {
+        "WeightSymmetric": True,
+        "ActivationSymmetric": False,
+        "QDQOpTypePerChannelSupportToAxis": {"MatMul": 1},
+        # One-sided percentiles: a symmetric range would waste half the codes on ReLU outputs.
+        "CalibTensorRangeSymmetric": False,
+        "CalibPercentile": float(config.percentile),
+    }
+    try:
+        with quiet_onnxruntime():
+            quantize_static(
+                str(prepared), str(out), reader, quant_format=QuantFormat.QDQ, per_channel=True,
+                reduce_range=False, weight_type=QuantType.QInt8,
+                activation_type=QuantType.QUInt8 if config.activations == "uint8" else QuantType.QInt8,
+                nodes_to_quantize=nodes_to_quantize, nodes_to_exclude=list(config.exclude),
+                calibrate_method=method, extra_options=extra, calibration_cache_path=str(cache),
+            )
+    except EdgesmithError:
+        raise
+    except Exception as e:  # onnxruntime raises ValueError, RuntimeError, Fail...: all mean "cannot quantize"
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise EdgesmithError(f"onnxruntime could not quantize the model to int8: {msg[:300]}",
+                             "exclude the failing node(s) with `exclude`, or re-export the model.") from None
+
+
+def _prepare(src: Path, dst: Path, notes: list[str]) -> None:
+    """Shape inference for the quantizer (no graph fusion: node names must stay those of ``src``)."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    try:
+        with quiet_onnxruntime():
+            quant_pre_process(str(src), str(dst), skip_optimization=True)
+    except Exception as e:  # symbolic shape inference fails on some exotic graphs; quantizing still works
+        notes.append(f"quant_pre_process failed ({type(e).__name__}); quantized the model as exported.")
+        onnx.save(onnx.load(str(src)), str(dst))
+
+
+def dequantized_int8_weight(qmodel: onnx.ModelProto, layer: WeightLayer) -> tuple[np.ndarray, int] | None:
+    """The weight ``layer`` computes with in ``qmodel`` and the bits it is stored in, or None if fp32.
+
+    Stored bits: int8 values + scale (fp32) + zero point (int8), one scale/zero point per channel.
+    """
+    inits = initializers(qmodel)
+    node = next((n for n in qmodel.graph.node if n.name == layer.node_name), None)
+    if node is None or len(node.input) < 2:
+        return None
+    dq = next((n for n in qmodel.graph.node if n.op_type == "DequantizeLinear" and node.input[1] in n.output), None)
+    if dq is None or dq.input[0] not in inits or inits[dq.input[0]].data_type != onnx.TensorProto.INT8:
+        return None
+    parts = [inits[name] for name in dq.input if name]
+    q, scale = (numpy_helper.to_array(t) for t in parts[:2])
+    zp = numpy_helper.to_array(parts[2]) if len(parts) > 2 else np.zeros_like(scale, dtype=np.int8)
+    axis = next((a.i for a in dq.attribute if a.name == "axis"), 1)
+    shape = [1] * q.ndim
+    if scale.ndim == 1:
+        shape[axis] = scale.size
+    w = (q.astype(np.float32) - zp.astype(np.float32).reshape(shape)) * scale.astype(np.float32).reshape(shape)
+    return w, sum(tensor_bits(t) for t in parts)
+
+
+def int8_layer_reports(fp32: onnx.ModelProto, qmodel: onnx.ModelProto, calib: np.ndarray,
+                       exclude: tuple[str, ...]) -> list[LayerReport]:
+    """One LayerReport per weight layer: action, bits per weight, weight and output SQNR."""
+    layers = find_weight_layers(fp32)
+    out_db = output_sqnr(fp32, qmodel, [layer.output for layer in layers], calib)
+    reports = []
+    for layer in layers:
+        error = {"output_sqnr_db": report_db(out_db.get(layer.output))}
+        deq = dequantized_int8_weight(qmodel, layer) if layer.weight is not None else None
+        if deq is not None:
+            w, bits = deq
+            error["weight_sqnr_db"] = report_db(sqnr_db(layer.weight, w))
+            reports.append(LayerReport(layer.node_name, "quantized", bits / layer.n_params, layer.n_params, error))
+            continue
+        if layer.weight is None:
+            reason = layer.reason
+        elif layer.node_name in exclude:
+            reason = "excluded by the config: kept in fp32"
+        else:
+            reason = "onnxruntime's quantizer left its weight in fp32"
+        bpw = None if layer.weight is None else 8.0 * layer.weight.itemsize
+        reports.append(LayerReport(layer.node_name, "skipped", bpw, layer.n_params, error, reason=reason))
+    return reports
+
+
+@register_pass(Int8QdqConfig)
+def _int8_qdq(artifact: Artifact, config: Int8QdqConfig, ctx: PassContext) -> PassResult:
+    calib_all = ctx.calibration_checked()
+    calib = calib_all[: config.n_calibration]
+    fp32 = load_model(artifact.path)
+    check_node_names(fp32, config.exclude, "exclude")
+    out = ctx.workdir / "model.int8.onnx"
+    meta = {**artifact.meta, "precision": "int8"}
+    notes = [
+        f"activations {config.activations}, calibrated with {config.calibration}"
+        + (f" ({config.percentile} percentile)" if config.calibration == "percentile" else "")
+        + f" on {len(calib)} samples" + (f" (of {len(calib_all)} given)" if len(calib_all) > len(calib) else "") + ".",
+        "bits_per_weight counts, per quantized MatMul/Gemm/Conv weight, the int8 values plus one fp32 scale "
+        "and one int8 zero point per output channel; biases and fp32 (skipped) layers are not counted.",
+    ]
+    report = PassReport(config.to_dict(), "onnx", "onnx", artifact.size_bytes(), 0, notes=notes)
+    with tempfile.TemporaryDirectory(prefix=".int8.", dir=ctx.workdir) as tmp:
+        prepared, cache = Path(tmp) / "prepared.onnx", Path(tmp) / "calibration.json"
+        _prepare(artifact.path, prepared, report.notes)
+        with atomic_path(out, force=True) as t:
+            _quantize(prepared, t, calib, config, cache)
+        new = Artifact("onnx", path=out, meta=meta)
+        report.layers = int8_layer_reports(fp32, load_model(out), calib, config.exclude)
+        if sensitivity_requested(ctx, report):
+            def quantize_only(layer: str, path: Path) -> Artifact:
+                _quantize(prepared, path, calib, config, cache, nodes_to_quantize=[layer])
+                return Artifact("onnx", path=path, meta=meta)
+
+            todo = [layer.name for layer in report.layers if layer.action == "quantized"]
+            report.extra["sensitivity"] = sensitivity_table(artifact, todo, quantize_only, ctx, desc="int8 sensitivity")
+    report.size_after_bytes = new.size_bytes()
+    report.bits_per_weight = bits_per_weight(report.layers)
+    return PassResult(new, report)

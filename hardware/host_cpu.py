@@ -1,0 +1,237 @@
+"""The CPU of this machine: latency is measured here, energy is estimated from a cited model.
+
+The CPU is identified at run time from /proc/cpuinfo. On the development VM the model string is
+just "AMD EPYC" (family 25, model 17: a Zen 4 "Genoa" EPYC 9004 part); the cloud hides the SKU, so
+the per-core power and clock coefficients assume the EPYC 9654 (96 cores, 360 W default TDP), the
+flagship general-purpose Genoa part. That assumption is stated in every estimate.
+
+Energy = dynamic (op and byte counts x Horowitz 45 nm per-operation energies, NOT scaled to the
+5 nm node, so this part is an overestimate) + the package-power share of the cores in use x time.
+The package share uses TDP / cores, a thermal design figure rather than a measured draw: read the
+static part as an upper-leaning estimate. Time is the measured latency when the workload carries
+one, else a roofline over the cores in use.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hardware.base import (
+    Coefficient, CostModel, Estimate, Plan, PlanOptions, Target, Variant, Workload, register_target,
+)
+from models.common import EdgesmithError
+
+HOROWITZ = ('M. Horowitz, "Computing\'s energy problem (and what we can do about it)", ISSCC 2014, '
+            "pp. 10-14, per-operation energy table (45 nm, 0.9 V)")
+EPYC_9654 = ("AMD EPYC 9654 product specifications, amd.com (4th Gen EPYC 9004 'Genoa', launched Nov 2022): "
+             "96 cores, 2.4 GHz base, 360 W default TDP, 12 channels DDR5-4800")
+ZEN4_SOG = ("AMD, Software Optimization Guide for the AMD Zen4 Microarchitecture (pub. 57647, 2023), "
+            "floating-point unit: two 256-bit FMA pipes, 512-bit ops issued as two halves")
+SKU_NOTE = ("assumed SKU: the real one is unknown (the VM reports only the model string); EPYC 9654 chosen "
+            "as the flagship general-purpose Zen 4 part matching the reported family/model")
+
+
+def cpu_identity(path: str = "/proc/cpuinfo") -> dict:
+    """Model string, vendor, family and model number of the first CPU listed, plus the CPU count."""
+    info = {"model_name": "unknown", "vendor": "unknown", "family": None, "model": None,
+            "logical_cpus": os.cpu_count() or 1}
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return info
+    keys = {"model name": "model_name", "vendor_id": "vendor", "cpu family": "family", "model": "model"}
+    for line in text.splitlines():
+        if not line.strip():
+            break  # first processor block only
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key in keys:
+            value = value.strip()
+            info[keys[key]] = int(value) if keys[key] in ("family", "model") and value.isdigit() else value
+    return info
+
+
+def physical_memory_bytes() -> int:
+    """Installed RAM as the OS reports it (pages x page size)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+class HostCpuCostModel(CostModel):
+    """Energy of one call from its workload and (when given) its measured latency on this CPU."""
+
+    name = "host-cpu-horowitz45nm+tdp-share"
+
+    def __init__(self, cores: int | None = None):
+        self.cores = int(cores or os.cpu_count() or 1)
+        if self.cores < 1:
+            raise EdgesmithError(f"cores is {cores}; it must be at least 1.", "pass the number of cores in use.")
+        self._coefficients = {c.name: c for c in (
+            Coefficient("fp32_mult_pj", 3.7, "pJ", HOROWITZ, "32-bit float multiply; unscaled 45 nm value"),
+            Coefficient("fp32_add_pj", 0.9, "pJ", HOROWITZ, "32-bit float add; unscaled 45 nm value"),
+            Coefficient("int8_mult_pj", 0.2, "pJ", HOROWITZ, "8-bit integer multiply; int4 weights are "
+                        "unpacked to int8 for the product, so int4 uses it too"),
+            Coefficient("int32_add_pj", 0.1, "pJ", HOROWITZ, "32-bit integer add: the int8 dot-product "
+                        "accumulator is 32-bit"),
+            Coefficient("sram_read_64b_pj", 20.0, "pJ", HOROWITZ, "64-bit read from a 32 KB SRAM (Zen 4 L1D "
+                        "is 32 KB); charged per activation byte / 8"),
+            Coefficient("dram_read_64b_pj", 1300.0, "pJ", HOROWITZ, "64-bit DRAM read, lower end of the "
+                        "1.3-2.6 nJ range (newer DRAM is cheaper); weights charged once per call"),
+            Coefficient("package_tdp_w", 360.0, "W", EPYC_9654, SKU_NOTE),
+            Coefficient("cores_per_package", 96.0, "cores", EPYC_9654, SKU_NOTE),
+            Coefficient("base_clock_ghz", 2.4, "GHz", EPYC_9654, "roofline only (no measured latency)"),
+            Coefficient("fp32_macs_per_cycle", 16.0, "MAC/cycle/core", ZEN4_SOG,
+                        "2 FMA pipes x 8 fp32 lanes; roofline only"),
+            Coefficient("int8_macs_per_cycle", 64.0, "MAC/cycle/core",
+                        ZEN4_SOG + "; AVX-512 VNNI VPDPBUSD does 4 int8 products per 32-bit lane "
+                        "(Intel SDM vol. 2)", "derived: 4 x fp32 rate; roofline only"),
+            Coefficient("dram_bandwidth_gbs", 460.8, "GB/s", EPYC_9654,
+                        "12 x DDR5-4800 x 8 B per socket; a fair per-core share is used; roofline only"),
+        )}
+
+    @property
+    def coefficients(self) -> dict[str, Coefficient]:
+        return self._coefficients
+
+    def mac_pj(self, precision: str) -> tuple[float, list[str]]:
+        if precision == "fp32":
+            keys = ["fp32_mult_pj", "fp32_add_pj"]
+        elif precision in ("int8", "int4"):
+            keys = ["int8_mult_pj", "int32_add_pj"]
+        else:
+            raise EdgesmithError(f"host-cpu has no energy model for precision {precision!r}.",
+                                 "use fp32, int8 or int4 on host-cpu.")
+        return sum(self.c(k) for k in keys), keys
+
+    def roofline_s(self, work: Workload) -> tuple[float, dict]:
+        """Compute- or memory-bound time of one call over the cores in use (fair bandwidth share)."""
+        per_cycle = self.c("fp32_macs_per_cycle") if work.precision == "fp32" else self.c("int8_macs_per_cycle")
+        peak_macs = self.cores * self.c("base_clock_ghz") * 1e9 * per_cycle
+        bw = self.c("dram_bandwidth_gbs") * 1e9 * self.cores / self.c("cores_per_package")
+        t_compute = work.macs * work.batch / peak_macs
+        t_memory = (work.weight_bytes + work.activation_bytes * work.batch) / bw
+        return max(t_compute, t_memory), {"roofline_compute_s": t_compute, "roofline_memory_s": t_memory,
+                                          "bound": "compute" if t_compute >= t_memory else "memory"}
+
+    def estimate(self, work: Workload) -> Estimate:
+        mac_pj, mac_keys = self.mac_pj(work.precision)
+        compute_j = work.macs * work.batch * mac_pj * 1e-12
+        weight_j = work.weight_bytes / 8 * self.c("dram_read_64b_pj") * 1e-12
+        act_j = work.activation_bytes * work.batch / 8 * self.c("sram_read_64b_pj") * 1e-12
+        roof_s, roof = self.roofline_s(work)
+        if work.measured_latency_s is not None:
+            if not work.measured_latency_s > 0:
+                raise EdgesmithError(f"measured latency is {work.measured_latency_s}; it must be positive.",
+                                     "pass the measured wall time of one call in seconds.")
+            latency, provenance = float(work.measured_latency_s), "measured (wall time on this machine)"
+        else:
+            latency, provenance = roof_s, "estimated (roofline over the cores in use)"
+        share_w = self.c("package_tdp_w") / self.c("cores_per_package") * self.cores
+        static_j = share_w * latency
+        energy = compute_j + weight_j + act_j + static_j
+        cpu = cpu_identity()
+        breakdown = {
+            "latency_provenance": provenance,
+            "dynamic_compute_j": compute_j, "dynamic_weight_dram_j": weight_j,
+            "dynamic_activation_sram_j": act_j, "static_package_share_j": static_j,
+            "package_power_share_w": share_w, "cores": self.cores, "batch": work.batch,
+            "energy_per_sample_j": energy / max(work.batch, 1), **roof,
+            "detected_cpu": f"{cpu['model_name']} (family {cpu['family']}, model {cpu['model']})",
+            "assumptions": f"{SKU_NOTE}; Horowitz 45 nm op energies not scaled to the real node; "
+                           "TDP/core share stands in for static + uncore power",
+        }
+        keys = mac_keys + ["dram_read_64b_pj", "sram_read_64b_pj", "package_tdp_w", "cores_per_package"]
+        if work.measured_latency_s is None:
+            keys += ["base_clock_ghz", "fp32_macs_per_cycle" if work.precision == "fp32" else "int8_macs_per_cycle",
+                     "dram_bandwidth_gbs"]
+        return Estimate(energy_j=energy, latency_s=latency, breakdown=breakdown, coefficients=self.used(*keys),
+                        model=self.name)
+
+
+def select_variants(target: str, variants: list[Variant], wanted, unavailable: dict[str, str] | None = None
+                    ) -> list[Variant]:
+    """The variants named in ``wanted`` (all when empty), in the target's order.
+
+    ``unavailable`` maps names the target knows but did not build under these options to a fix.
+    """
+    if not wanted:
+        return variants
+    unavailable = unavailable or {}
+    offered = {v.name for v in variants}
+    for name in wanted:
+        if name in offered:
+            continue
+        if name in unavailable:
+            raise EdgesmithError(f"variant {name!r} is not available on {target} with these options.",
+                                 unavailable[name])
+        known = sorted(offered | set(unavailable))
+        raise EdgesmithError(f"{target} has no variant {name!r}.", f"use one of: {', '.join(known)}.")
+    return [v for v in variants if v.name in set(wanted)]
+
+
+def module_fits(target: Target, producer) -> None:
+    """Refuse a plan whose fp32 model exceeds the target's memory (only when the model is built)."""
+    module = getattr(producer, "module_", None)
+    if module is not None:
+        size = sum(t.numel() * t.element_size() for t in module.state_dict().values())
+        target.check_fits(int(size), f"{getattr(producer, 'name', 'the model')} (fp32)")
+
+
+_CPU = cpu_identity()
+
+
+@register_target
+class HostCpu(Target):
+    name = "host-cpu"
+    description = (f"this machine's CPU ({_CPU['model_name']}, {_CPU['logical_cpus']} logical CPUs), "
+                   "onnxruntime or TVM; latency measured here, energy estimated unless RAPL is present")
+    numeric_formats = ("fp32", "int8", "int4")
+    memory_budget_bytes = physical_memory_bytes()
+    memory_budget_source = "physical RAM read from the OS at run time (sysconf SC_PHYS_PAGES x SC_PAGE_SIZE)"
+    runtime = "onnxruntime"
+    export_format = "onnx"
+    latency_provenance = "measured"
+
+    def __init__(self, cores: int | None = None):
+        self._cost_model = HostCpuCostModel(cores)
+
+    @property
+    def cost_model(self) -> CostModel:
+        return self._cost_model
+
+    def describe(self) -> dict:
+        d = super().describe()
+        d["detected_cpu"] = {k: v for k, v in _CPU.items()}
+        d["runtimes"] = ["onnxruntime", "tvm"]
+        return d
+
+    def plan(self, producer, options: PlanOptions) -> Plan:
+        from compress.export_onnx import ExportOnnxConfig
+        from compress.prune import MagnitudePruneConfig
+        from compress.quant_int4 import Int4WeightOnlyConfig
+        from compress.quant_int8 import Int8QdqConfig
+
+        module_fits(self, producer)
+        both = ["onnxruntime", "tvm"] if options.tvm else ["onnxruntime"]
+        int8 = lambda: Int8QdqConfig(calibration=options.calibration, percentile=options.percentile)  # noqa: E731
+        variants = [
+            Variant("fp32", [ExportOnnxConfig()], list(both), "fp32 ONNX export"),
+            Variant("int8", [ExportOnnxConfig(), int8()], list(both), "int8 QDQ static quantization"),
+            Variant("int4", [ExportOnnxConfig(), Int4WeightOnlyConfig(block_size=options.int4_block_size)],
+                    ["onnxruntime"], "4-bit weight-only MatMulNBits (TVM cannot run MatMulNBits)"),
+        ]
+        unavailable = {}
+        if options.prune_sparsity > 0:
+            variants.append(Variant(
+                "pruned", [MagnitudePruneConfig(sparsity=options.prune_sparsity), ExportOnnxConfig(), int8()],
+                list(both), f"magnitude-pruned to {options.prune_sparsity:.0%} sparsity, then int8 QDQ"))
+        else:
+            unavailable["pruned"] = "set a prune sparsity above 0 (e.g. --prune-sparsity 0.5)."
+        notes = ["latency and memory are measured on this machine; energy is measured with RAPL where the "
+                 "powercap interface exists, otherwise estimated by the host-cpu cost model"]
+        if not options.tvm:
+            notes.append("TVM disabled by option")
+        return Plan(self.name, select_variants(self.name, variants, options.variants, unavailable),
+                    self.latency_provenance, notes)

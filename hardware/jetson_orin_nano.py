@@ -1,0 +1,110 @@
+"""NVIDIA Jetson Orin Nano 8GB: no device here, so latency and energy are estimated.
+
+onnxruntime runs the exported model on this machine only as a numerical proxy for the Jetson's
+outputs (same graph, same arithmetic class); its wall time says nothing about the Jetson.
+
+Latency = layers x kernel-launch overhead + max(MACs / peak MAC rate of the precision,
+bytes moved / LPDDR5 bandwidth): a roofline with a fixed per-layer cost.
+
+Energy = module power mode x latency. NVIDIA publishes module power budgets (7 W / 15 W modes)
+but no per-operation energies for Orin; a per-op model built from 45 nm figures would misstate
+an 8 nm SoC, while the power mode is the budget the module's DVFS holds under load, so power x time
+is an upper-leaning estimate that already contains static, CPU and DRAM power.
+"""
+from __future__ import annotations
+
+from hardware.base import Coefficient, CostModel, Estimate, Plan, PlanOptions, Target, Variant, Workload, register_target
+from hardware.host_cpu import module_fits, select_variants
+from models.common import EdgesmithError
+
+DATASHEET = ("NVIDIA Jetson Orin Nano Series Module Data Sheet (DS-11105-001, 2023), Orin Nano 8GB: "
+             "1024 CUDA cores, 32 Tensor cores, GPU max 625 MHz, 40 sparse / 20 dense INT8 TOPS, "
+             "8 GB 128-bit LPDDR5 68 GB/s, 7 W-15 W power modes")
+A100_WP = ("NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020), peak table: dense FP16 tensor "
+           "312 TFLOPS vs INT8 624 TOPS, i.e. Ampere tensor-core FP16 runs at half the INT8 rate")
+LAUNCH = ("CUDA.jl documentation, 'Graphs' (cuda.juliagpu.org/dev/usage/graphs): a 4-layer MLP at batch 16 "
+          "(8 kernels) takes about 50 us launched kernel by kernel vs 16 us as one CUDA graph, i.e. roughly "
+          "4-6 us per kernel launch")
+
+
+class JetsonOrinNanoCostModel(CostModel):
+    name = "jetson-orin-nano-roofline+power-mode"
+
+    def __init__(self):
+        self._coefficients = {c.name: c for c in (
+            Coefficient("fp32_peak_macs_per_s", 1024 * 625e6, "MAC/s", DATASHEET,
+                        "derived: 1024 CUDA cores x 625 MHz x 1 FMA per core per cycle"),
+            Coefficient("fp16_peak_macs_per_s", 5.0e12, "MAC/s", DATASHEET + "; " + A100_WP,
+                        "derived: half the dense INT8 rate (10e12 MAC/s) on the tensor cores"),
+            Coefficient("int8_peak_macs_per_s", 10.0e12, "MAC/s", DATASHEET,
+                        "derived: 20 dense INT8 TOPS / 2 ops per MAC"),
+            Coefficient("dram_bandwidth_bps", 68e9, "B/s", DATASHEET,
+                        "15 W mode; the 25 W 'Super' mode (JetPack 6.2) raises it to 102 GB/s"),
+            Coefficient("kernel_launch_s", 5e-6, "s/layer", LAUNCH,
+                        "one fused kernel per MAC layer assumed; measured on a desktop GPU, the Jetson's "
+                        "ARM host may be slower"),
+            Coefficient("module_power_w", 15.0, "W", DATASHEET, "top power mode of the 8GB module "
+                        "(original JetPack 5 limits); energy = this x latency"),
+        )}
+
+    @property
+    def coefficients(self) -> dict[str, Coefficient]:
+        return self._coefficients
+
+    def estimate(self, work: Workload) -> Estimate:
+        key = {"fp32": "fp32_peak_macs_per_s", "fp16": "fp16_peak_macs_per_s", "int8": "int8_peak_macs_per_s"}
+        if work.precision not in key:
+            raise EdgesmithError(f"jetson-orin-nano has no {work.precision!r} arithmetic in this model.",
+                                 "use an fp32, fp16 or int8 variant for the Jetson.")
+        t_compute = work.macs * work.batch / self.c(key[work.precision])
+        bytes_moved = work.weight_bytes + work.activation_bytes * work.batch
+        t_memory = bytes_moved / self.c("dram_bandwidth_bps")
+        t_launch = work.n_layers * self.c("kernel_launch_s")
+        latency = t_launch + max(t_compute, t_memory)
+        energy = self.c("module_power_w") * latency
+        breakdown = {
+            "latency_provenance": "estimated (roofline + per-layer launch overhead; no Jetson here)",
+            "compute_s": t_compute, "memory_s": t_memory, "launch_s": t_launch,
+            "bound": "compute" if t_compute >= t_memory else "memory", "bytes_moved": bytes_moved,
+            "batch": work.batch, "energy_per_sample_j": energy / max(work.batch, 1),
+            "energy_method": "module power mode x latency",
+        }
+        return Estimate(energy_j=energy, latency_s=latency, breakdown=breakdown, model=self.name,
+                        coefficients=self.used(key[work.precision], "dram_bandwidth_bps", "kernel_launch_s",
+                                               "module_power_w"))
+
+
+@register_target
+class JetsonOrinNano(Target):
+    name = "jetson-orin-nano"
+    description = ("NVIDIA Jetson Orin Nano 8GB (Ampere GPU, 1024 CUDA cores); not attached: onnxruntime "
+                   "runs the export here only as a numerical proxy, latency and energy are estimated")
+    numeric_formats = ("fp32", "fp16", "int8")
+    memory_budget_bytes = 8 * 2**30
+    memory_budget_source = DATASHEET + " (8 GB shared by CPU and GPU)"
+    runtime = "onnxruntime"
+    export_format = "onnx"
+    latency_provenance = "estimated"
+
+    def __init__(self):
+        self._cost_model = JetsonOrinNanoCostModel()
+
+    @property
+    def cost_model(self) -> CostModel:
+        return self._cost_model
+
+    def plan(self, producer, options: PlanOptions) -> Plan:
+        from compress.export_onnx import ExportOnnxConfig
+        from compress.quant_int8 import Int8QdqConfig
+
+        module_fits(self, producer)
+        variants = [
+            Variant("fp32", [ExportOnnxConfig()], ["onnxruntime"], "fp32 ONNX export (CUDA cores on the Jetson)"),
+            Variant("int8", [ExportOnnxConfig(), Int8QdqConfig(calibration=options.calibration,
+                                                               percentile=options.percentile)],
+                    ["onnxruntime"], "int8 QDQ (tensor cores on the Jetson)"),
+        ]
+        notes = ["onnxruntime on this machine is a numerical proxy for the Jetson's outputs only",
+                 "latency and energy come from the jetson-orin-nano cost model (estimated)"]
+        return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance,
+                    notes)

@@ -1,0 +1,136 @@
+"""Intel Loihi 2: a sigma-delta network simulated in Lava; latency and energy from activity counts.
+
+Intel publishes no per-operation energy or timing table for Loihi 2 (it measures with on-chip
+probes), so the per-event figures here are Loihi 1's pre-silicon numbers (Davies et al. 2018).
+Loihi 2 is built in Intel 4 rather than 14 nm, so treat these as conservative stand-ins. Only the
+chip-level facts (128 neurocores, 192 KB of memory per core, about 1 W) are Loihi 2's own.
+
+Cost model, from a run of T steps with S synaptic ops, U neuron updates and M spike messages:
+  cores = ceil(weight bytes / per-core memory), at least 1 and at most 128
+  time   = T x barrier sync + (S x t_synop + U x t_update) / cores   (cores work in parallel)
+  energy = S x e_synop + U x e_update + M x e_message + chip power x cores/128 x time
+Dynamic energy is linear in each count; static power is charged only to the cores in use.
+"""
+from __future__ import annotations
+
+import math
+
+from hardware.base import Coefficient, CostModel, Estimate, Plan, PlanOptions, Target, Variant, Workload, register_target
+from hardware.host_cpu import select_variants
+from models.common import EdgesmithError
+
+DAVIES = ('M. Davies et al., "Loihi: A Neuromorphic Manycore Processor with On-Chip Learning", IEEE Micro '
+          "38(1):82-99, 2018, Table 2 (Loihi 1, 14 nm, pre-silicon figures)")
+LOIHI2_BRIEF = ('Intel Labs, "Taking Neuromorphic Computing to the Next Level with Loihi 2", technology brief, '
+                "2021: 128 neuromorphic cores, up to 192 KB of flexibly partitioned memory per core, "
+                "1M neurons / 120M synapses per chip")
+LOIHI2_POWER = ("Intel Labs Loihi 2 technology brief (2021) as summarised by open-neuromorphic.org "
+                "'Loihi 2 - Intel' hardware page: about 1 W per chip")
+LOIHI1_NOTE = "Loihi 1 figure: no public per-op table exists for Loihi 2"
+
+N_CORES = 128
+CORE_MEMORY_BYTES = 192 * 1024
+
+
+class Loihi2CostModel(CostModel):
+    name = "loihi2-activity(davies2018-loihi1-figures)"
+
+    def __init__(self):
+        self._coefficients = {c.name: c for c in (
+            Coefficient("synop_energy_pj", 23.6, "pJ", DAVIES, "energy per synaptic spike op (min); "
+                        + LOIHI1_NOTE),
+            Coefficient("neuron_update_energy_pj", 81.0, "pJ", DAVIES, "energy per active neuron update; "
+                        + LOIHI1_NOTE + "; the same value is used by keras-spiking's ModelEnergy"),
+            Coefficient("message_energy_pj", 1.7, "pJ", DAVIES, "within-tile spike energy; mesh hops "
+                        "(3-4 pJ each) are left out because placement is unknown, so this is a lower bound; "
+                        + LOIHI1_NOTE),
+            Coefficient("synop_time_ns", 3.5, "ns", DAVIES, "time per synaptic spike op (max); " + LOIHI1_NOTE),
+            Coefficient("neuron_update_time_ns", 8.4, "ns", DAVIES, "time per active neuron update; "
+                        + LOIHI1_NOTE),
+            Coefficient("barrier_sync_ns", 465.0, "ns", DAVIES, "mesh-wide barrier sync, 32-tile end of the "
+                        "113-465 ns range (SANA-FE's loihi.yaml uses 299 ns); once per time step; " + LOIHI1_NOTE),
+            Coefficient("chip_power_w", 1.0, "W", LOIHI2_POWER, "chip-level figure, charged pro rata to the "
+                        "cores in use as static power"),
+            Coefficient("neurocores", float(N_CORES), "cores", LOIHI2_BRIEF),
+            Coefficient("core_memory_bytes", float(CORE_MEMORY_BYTES), "B", LOIHI2_BRIEF,
+                        "synapses, neuron state and routing share it, so weights alone are an optimistic fit"),
+        )}
+
+    @property
+    def coefficients(self) -> dict[str, Coefficient]:
+        return self._coefficients
+
+    def cores_used(self, work: Workload) -> int:
+        n = math.ceil(work.weight_bytes / self.c("core_memory_bytes")) if work.weight_bytes > 0 else 1
+        if n > self.c("neurocores"):
+            raise EdgesmithError(
+                f"the network stores {work.weight_bytes / 2**20:.1f} MiB of weights but one Loihi 2 chip holds "
+                f"{self.c('neurocores') * self.c('core_memory_bytes') / 2**20:.0f} MiB.",
+                "prune or shrink the model so it fits one chip.")
+        return max(1, n)
+
+    def estimate(self, work: Workload) -> Estimate:
+        if work.precision != "fixed":
+            raise EdgesmithError(f"loihi2 runs fixed-point networks, not {work.precision!r}.",
+                                 "build the workload from Lava activity (workload_from_activity).")
+        cores = self.cores_used(work)
+        barrier_s = work.timesteps * self.c("barrier_sync_ns") * 1e-9
+        compute_s = (work.synops * self.c("synop_time_ns") + work.neuron_updates * self.c("neuron_update_time_ns")
+                     ) * 1e-9 / cores
+        latency = barrier_s + compute_s
+        synop_j = work.synops * self.c("synop_energy_pj") * 1e-12
+        update_j = work.neuron_updates * self.c("neuron_update_energy_pj") * 1e-12
+        message_j = work.messages * self.c("message_energy_pj") * 1e-12
+        static_w = self.c("chip_power_w") * cores / self.c("neurocores")
+        static_j = static_w * latency
+        energy = synop_j + update_j + message_j + static_j
+        breakdown = {
+            "latency_provenance": "estimated (activity counts x per-event times; no Loihi here)",
+            "cores_used": cores, "timesteps": work.timesteps,
+            "barrier_s": barrier_s, "compute_s": compute_s, "time_per_step_s": latency / work.timesteps,
+            "synop_j": synop_j, "neuron_update_j": update_j, "message_j": message_j,
+            "static_j": static_j, "static_power_w": static_w,
+            "note": "per-event energies and times are Loihi 1 figures (Davies et al. 2018): Intel publishes "
+                    "no per-operation table for Loihi 2; chip facts (cores, memory, ~1 W) are Loihi 2's",
+        }
+        return Estimate(energy_j=energy, latency_s=latency, breakdown=breakdown, model=self.name,
+                        coefficients=list(self.coefficients.values()))
+
+
+@register_target
+class Loihi2(Target):
+    name = "loihi2"
+    description = ("Intel Loihi 2 neuromorphic chip (128 neurocores); not attached: the sigma-delta network "
+                   "runs in Lava's fixed-point simulator and latency/energy are estimated from its activity")
+    numeric_formats = ("fixed",)  # int8 weights, states up to 24 bits, graded spikes up to 24 bits
+    memory_budget_bytes = N_CORES * CORE_MEMORY_BYTES
+    memory_budget_source = LOIHI2_BRIEF + " (128 x 192 KB)"
+    runtime = "lava"
+    export_format = "lava"
+    latency_provenance = "estimated"
+
+    def __init__(self):
+        self._cost_model = Loihi2CostModel()
+
+    @property
+    def cost_model(self) -> CostModel:
+        return self._cost_model
+
+    def describe(self) -> dict:
+        d = super().describe()
+        d["numeric_format_detail"] = "int8 weights, neuron states up to 24 bits, graded spikes up to 24 bits"
+        return d
+
+    def plan(self, producer, options: PlanOptions) -> Plan:
+        from compress.export_lava import ExportLavaConfig
+
+        module = getattr(producer, "module_", None)
+        if module is not None:  # 8-bit weights: one byte per parameter
+            self.check_fits(int(sum(p.numel() for p in module.parameters())),
+                            f"{getattr(producer, 'name', 'the model')} (8-bit weights)")
+        variants = [Variant("sigma-delta", [ExportLavaConfig()], ["lava"],
+                            "fixed-point sigma-delta network for Lava (Loihi2SimCfg fixed_pt)")]
+        notes = ["Lava simulates the chip on this machine; latency and energy are estimated from its "
+                 "activity counts with Loihi 1 per-event figures (no public Loihi 2 table)"]
+        return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance,
+                    notes)

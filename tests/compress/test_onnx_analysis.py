@@ -1,0 +1,133 @@
+"""Shared analysis helpers, and the bit accounting of both ONNX passes checked by hand on a tiny model."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from compress import Artifact, PassContext, apply_pass
+from compress.base import LayerReport
+from compress.onnx_analysis import (
+    bits_per_weight,
+    capture_tensors,
+    find_weight_layers,
+    output_sqnr,
+    report_db,
+    sqnr_db,
+    tensor_bits,
+)
+from compress.quant_int4 import Int4WeightOnlyConfig
+from compress.quant_int8 import Int8QdqConfig
+
+K1, N1, N2, N3 = 40, 24, 6, 4  # K1=40 and K2=24 are not multiples of 16: the last int4 block is padded
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """x[B,40] -MatMul W1[40,24]- Relu -MatMul W2[24,6]- Gemm W3[6,4] ; plus a MatMul whose weight
+    comes from an Identity node (so it is not a constant initializer)."""
+    rng = np.random.default_rng(1)
+    w1, w2, w3, w4 = (rng.normal(size=s).astype(np.float32) for s in [(K1, N1), (N1, N2), (N2, N3), (N1, 3)])
+    nodes = [
+        helper.make_node("MatMul", ["input", "W1"], ["h1"], name="mm1"),
+        helper.make_node("Relu", ["h1"], ["r1"], name="relu1"),
+        helper.make_node("MatMul", ["r1", "W2"], ["h2"], name="mm2"),
+        helper.make_node("Gemm", ["h2", "W3"], ["h3"], name="gemm3"),
+        helper.make_node("Identity", ["W4"], ["W4_copy"], name="id4"),
+        helper.make_node("MatMul", ["r1", "W4_copy"], ["h4"], name="mm4"),
+    ]
+    graph = helper.make_graph(
+        nodes, "tiny", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", K1])],
+        [helper.make_tensor_value_info("h3", TensorProto.FLOAT, ["batch", N3]),
+         helper.make_tensor_value_info("h4", TensorProto.FLOAT, ["batch", 3])],
+        [numpy_helper.from_array(w, n) for w, n in zip((w1, w2, w3, w4), ("W1", "W2", "W3", "W4"))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path_factory.mktemp("tiny") / "tiny.onnx"
+    onnx.save(model, str(path))
+    calib = np.abs(rng.normal(size=(32, K1))).astype(np.float32)
+    return Artifact("onnx", path=path, meta={"input_shape": [K1]}), calib
+
+
+def _run(art, cfg, calib, tmp_path):
+    return apply_pass(art, cfg, PassContext(workdir=tmp_path, calibration=calib, progress=False)).report
+
+
+def test_sqnr_matches_the_formula_and_is_infinite_for_identical_tensors():
+    ref = np.array([3.0, 4.0])
+    assert sqnr_db(ref, ref + np.array([0.3, 0.4])) == pytest.approx(20.0)  # noise is ref/10 -> 100x power
+    assert sqnr_db(ref, ref) == math.inf
+    assert report_db(math.inf) is None and report_db(12.34567) == 12.346
+
+
+def test_find_weight_layers_reports_constant_and_computed_weights(tiny):
+    layers = {layer.node_name: layer for layer in find_weight_layers(onnx.load(str(tiny[0].path)))}
+    assert list(layers) == ["mm1", "mm2", "gemm3", "mm4"]
+    assert layers["mm1"].weight.shape == (K1, N1) and layers["mm1"].output == "h1"
+    assert layers["mm4"].weight is None and "not a constant initializer" in layers["mm4"].reason
+
+
+def test_captured_intermediate_tensors_equal_a_numpy_forward_pass(tiny):
+    art, calib = tiny
+    model = onnx.load(str(art.path))
+    w = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    got = capture_tensors(model, ["h1", "r1", "h2"], calib, batch=10)  # batching must not change results
+    h1 = calib @ w["W1"]
+    np.testing.assert_allclose(got["h1"], h1, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got["h2"], np.maximum(h1, 0) @ w["W2"], rtol=1e-5, atol=1e-4)
+    assert len(model.graph.output) == 2  # the caller's model is not modified
+
+
+def test_output_sqnr_of_a_model_against_itself_is_exact(tiny):
+    model = onnx.load(str(tiny[0].path))
+    assert output_sqnr(model, model, ["h1", "h2", "no_such_tensor"], tiny[1]) == {"h1": math.inf, "h2": math.inf}
+
+
+def test_tensor_bits_counts_elements_times_width():
+    assert tensor_bits(numpy_helper.from_array(np.zeros((3, 5), np.int8))) == 120
+    assert tensor_bits(numpy_helper.from_array(np.zeros((7,), np.float32))) == 224
+
+
+def test_bits_per_weight_is_weighted_by_params_and_ignores_skipped_layers():
+    layers = [LayerReport("a", "quantized", 8.5, 100), LayerReport("b", "quantized", 5.0, 300),
+              LayerReport("c", "skipped", 32.0, 1000)]
+    assert bits_per_weight(layers) == pytest.approx((8.5 * 100 + 5.0 * 300) / 400)
+    assert bits_per_weight([LayerReport("c", "skipped", 32.0, 10)]) is None
+
+
+def test_int8_bits_per_weight_matches_hand_count(tiny, tmp_path):
+    report = _run(tiny[0], Int8QdqConfig(), tiny[1], tmp_path)
+    by = {layer.name: layer for layer in report.layers}
+    # per output channel: K int8 values + one fp32 scale + one int8 zero point
+    hand = {"mm1": (K1 * N1 * 8 + N1 * 40, K1 * N1), "mm2": (N1 * N2 * 8 + N2 * 40, N1 * N2),
+            "gemm3": (N2 * N3 * 8 + N3 * 40, N2 * N3)}
+    for name, (bits, n) in hand.items():
+        assert by[name].action == "quantized"
+        assert by[name].n_params == n
+        assert by[name].bits_per_weight == pytest.approx(bits / n)
+    assert by["mm4"].action == "skipped" and "not a constant initializer" in by["mm4"].reason
+    assert report.bits_per_weight == pytest.approx(sum(b for b, _ in hand.values()) / sum(n for _, n in hand.values()))
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_int4_bits_per_weight_matches_hand_count(tiny, tmp_path, symmetric):
+    report = _run(tiny[0], Int4WeightOnlyConfig(block_size=16, symmetric=symmetric), tiny[1], tmp_path)
+    by = {layer.name: layer for layer in report.layers}
+
+    def hand(k, n):
+        blocks = math.ceil(k / 16)
+        bits = n * blocks * 16 * 4 + n * blocks * 32  # padded 4-bit codes + fp32 scale per block
+        if not symmetric:
+            bits += n * math.ceil(blocks / 2) * 8  # 4-bit zero points, packed two per byte per column
+        return bits
+
+    for name, (k, n) in {"mm1": (K1, N1), "mm2": (N1, N2)}.items():
+        assert by[name].action == "quantized"
+        assert by[name].bits_per_weight == pytest.approx(hand(k, n) / (k * n))
+    assert report.bits_per_weight == pytest.approx((hand(K1, N1) + hand(N1, N2)) / (K1 * N1 + N1 * N2))
+    assert by["gemm3"].action == "skipped" and "Gemm" in by["gemm3"].reason
+    assert by["mm4"].action == "skipped" and "not a constant initializer" in by["mm4"].reason
+    assert set(report.skipped) == {"gemm3", "mm4"}

@@ -1,0 +1,116 @@
+"""int4-weight-only: config checks, MatMulNBits graph, accuracy on digits, the weight unpacking."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from compress import PassContext, apply_pass, config_from_json
+from compress.onnx_analysis import find_weight_layers, initializers
+from compress.quant_int4 import Int4WeightOnlyConfig, dequantize_matmulnbits
+from models.common import EdgesmithError
+from runtimes import get_runtime
+
+
+def _accuracy(digits, artifact) -> float:
+    rt = get_runtime("onnxruntime", threads=1).load(artifact)
+    return digits.evaluate(lambda x: rt.run(x).outputs).value
+
+
+def _quantize(digits, artifact, cfg, workdir, **ctx):
+    ctx = {"calibration": digits.calibration_data(), "progress": False, **ctx}
+    return apply_pass(artifact, cfg, PassContext(workdir=workdir, **ctx))
+
+
+@pytest.fixture(scope="module")
+def int4_result(digits, digits_onnx, tmp_path_factory):
+    return _quantize(digits, digits_onnx, Int4WeightOnlyConfig(), tmp_path_factory.mktemp("int4"))
+
+
+@pytest.mark.parametrize("fields, field", [
+    ({"block_size": 24}, "block_size"),
+    ({"block_size": 8}, "block_size"),
+    ({"block_size": True}, "block_size"),
+    ({"symmetric": "yes"}, "symmetric"),
+    ({"accuracy_level": 5}, "accuracy_level"),
+    ({"exclude": "/0/MatMul"}, "exclude"),
+    ({"n_calibration": 0}, "n_calibration"),
+])
+def test_invalid_config_fields_are_rejected_by_name(fields, field):
+    with pytest.raises(EdgesmithError, match=f"int4-weight-only: {field} "):
+        Int4WeightOnlyConfig(**fields)
+
+
+def test_config_round_trips_through_json():
+    cfg = Int4WeightOnlyConfig(block_size=64, symmetric=False, accuracy_level=1, exclude=("/4/MatMul",))
+    assert config_from_json(cfg.to_json()) == cfg
+
+
+def test_int4_accuracy_is_within_two_points_of_fp32(digits, digits_onnx, int4_result):
+    assert _accuracy(digits, int4_result.artifact) >= _accuracy(digits, digits_onnx) - 0.02
+
+
+def test_int4_graph_replaces_every_matmul_with_matmulnbits(int4_result):
+    art = int4_result.artifact
+    assert art.path.name == "model.int4.onnx" and art.meta["precision"] == "int4"
+    ops = [n.op_type for n in onnx.load(str(art.path)).graph.node]
+    assert ops.count("MatMulNBits") == 3 and "MatMul" not in ops
+
+
+def test_report_counts_five_bits_per_weight_for_symmetric_blocks_of_32(int4_result):
+    report = int4_result.report
+    assert report.bits_per_weight == pytest.approx(4 + 32 / 32)  # 4-bit code + fp32 scale per 32 weights
+    assert report.size_after_bytes < report.size_before_bytes / 4
+    for layer in report.layers:
+        assert layer.action == "quantized"
+        assert 15 < layer.error["weight_sqnr_db"] < 35  # 4 bits: far below int8, far above noise
+        assert layer.error["output_sqnr_db"] > 15
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_unpacked_weights_equal_what_onnxruntime_computes(digits, digits_onnx, tmp_path, symmetric):
+    """Feeding the identity matrix through a lone MatMulNBits node returns the weight it really uses."""
+    res = _quantize(digits, digits_onnx, Int4WeightOnlyConfig(symmetric=symmetric), tmp_path)
+    q = onnx.load(str(res.artifact.path))
+    inits = initializers(q)
+    for node in (n for n in q.graph.node if n.op_type == "MatMulNBits"):
+        ours, _ = dequantize_matmulnbits(node, inits)
+        k, n = ours.shape
+        lone = helper.make_node("MatMulNBits", ["x", *node.input[1:]], ["y"], domain="com.microsoft",
+                                **{a.name: a.i for a in node.attribute if a.name != "accuracy_level"})
+        graph = helper.make_graph([lone], "lone", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [k, k])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [k, n])],
+                                  [inits[name] for name in node.input[1:] if name])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                        helper.make_opsetid("com.microsoft", 1)])
+        model.ir_version = 8
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        theirs = sess.run(None, {"x": np.eye(k, dtype=np.float32)})[0]
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)
+
+
+def test_exclude_keeps_a_matmul_in_fp32(digits, digits_onnx, tmp_path):
+    res = _quantize(digits, digits_onnx, Int4WeightOnlyConfig(exclude=("/2/MatMul",)), tmp_path)
+    assert res.report.skipped == ["/2/MatMul"]
+    q = onnx.load(str(res.artifact.path))
+    assert [n.name for n in q.graph.node if n.op_type == "MatMul"] == ["/2/MatMul"]
+
+
+def test_works_without_calibration_data_but_says_output_error_was_not_measured(digits, digits_onnx, tmp_path):
+    res = _quantize(digits, digits_onnx, Int4WeightOnlyConfig(), tmp_path, calibration=None)
+    assert all("output_sqnr_db" not in layer.error and "weight_sqnr_db" in layer.error for layer in res.report.layers)
+    assert any("output SQNR not measured" in note for note in res.report.notes)
+
+
+def test_nan_calibration_data_is_a_user_error(digits, digits_onnx, tmp_path):
+    with pytest.raises(EdgesmithError, match="NaN"):
+        _quantize(digits, digits_onnx, Int4WeightOnlyConfig(), tmp_path, calibration=np.full((4, 64), np.nan))
+
+
+def test_input_model_file_is_left_unchanged(digits, digits_onnx, tmp_path):
+    before = digits_onnx.path.read_bytes()
+    _quantize(digits, digits_onnx, Int4WeightOnlyConfig(), tmp_path)
+    assert digits_onnx.path.read_bytes() == before
+    assert len(find_weight_layers(onnx.load(str(digits_onnx.path)))) == 3

@@ -1,0 +1,145 @@
+"""int8-qdq: config checks, the quantized graph, accuracy on digits, calibration choices, bad data."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from compress import PassContext, apply_pass, config_from_json
+from compress.onnx_analysis import find_weight_layers
+from compress.quant_int8 import Int8QdqConfig, dequantized_int8_weight
+from models.common import EdgesmithError
+from runtimes import get_runtime
+
+
+def _accuracy(digits, artifact) -> float:
+    rt = get_runtime("onnxruntime", threads=1).load(artifact)
+    return digits.evaluate(lambda x: rt.run(x).outputs).value
+
+
+def _quantize(digits, artifact, cfg, workdir, **ctx):
+    ctx = {"calibration": digits.calibration_data(), "progress": False, **ctx}
+    return apply_pass(artifact, cfg, PassContext(workdir=workdir, **ctx))
+
+
+@pytest.fixture(scope="module")
+def int8_results(digits, digits_onnx, tmp_path_factory):
+    return {c: _quantize(digits, digits_onnx, Int8QdqConfig(calibration=c), tmp_path_factory.mktemp(c))
+            for c in ("minmax", "percentile")}
+
+
+@pytest.mark.parametrize("fields, field", [
+    ({"calibration": "entropy"}, "calibration"),
+    ({"percentile": 120.0}, "percentile"),
+    ({"percentile": 10.0}, "percentile"),
+    ({"n_calibration": 0}, "n_calibration"),
+    ({"n_calibration": True}, "n_calibration"),
+    ({"exclude": "/0/MatMul"}, "exclude"),
+    ({"activations": "int4"}, "activations"),
+])
+def test_invalid_config_fields_are_rejected_by_name(fields, field):
+    with pytest.raises(EdgesmithError, match=f"int8-qdq: {field} "):
+        Int8QdqConfig(**fields)
+
+
+def test_config_round_trips_through_json():
+    cfg = Int8QdqConfig(calibration="percentile", percentile=99.9, n_calibration=64, exclude=("/4/MatMul",),
+                        activations="int8")
+    assert config_from_json(cfg.to_json()) == cfg
+
+
+@pytest.mark.parametrize("calibration", ["minmax", "percentile"])
+def test_int8_accuracy_is_within_two_points_of_fp32(digits, digits_onnx, int8_results, calibration):
+    fp32 = _accuracy(digits, digits_onnx)
+    assert _accuracy(digits, int8_results[calibration].artifact) >= fp32 - 0.02
+
+
+def test_int8_graph_holds_qdq_nodes_and_int8_weights_only(digits_onnx, int8_results):
+    art = int8_results["minmax"].artifact
+    assert art.path.name == "model.int8.onnx"
+    assert art.meta["precision"] == "int8" and art.meta["input_shape"] == digits_onnx.meta["input_shape"]
+    q = onnx.load(str(art.path))
+    ops = {n.op_type for n in q.graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+    inits = {t.name: t for t in q.graph.initializer}
+    producers = {o: n for n in q.graph.node for o in n.output}
+    for layer in find_weight_layers(onnx.load(str(digits_onnx.path))):
+        assert layer.weight_name not in inits  # no fp32 copy of the weight left behind
+        node = next(n for n in q.graph.node if n.name == layer.node_name)
+        dq = producers[node.input[1]]
+        assert dq.op_type == "DequantizeLinear"
+        stored = inits[dq.input[0]]
+        assert stored.data_type == onnx.TensorProto.INT8 and tuple(stored.dims) == layer.weight.shape
+
+
+def test_weights_are_per_channel_and_dequantize_within_half_a_step(digits_onnx, int8_results):
+    q = onnx.load(str(int8_results["minmax"].artifact.path))
+    scales = {t.name: numpy_helper.to_array(t) for t in q.graph.initializer if t.name.endswith("weight_t_scale")}
+    for layer in find_weight_layers(onnx.load(str(digits_onnx.path))):
+        w, _ = dequantized_int8_weight(q, layer)
+        scale = scales[f"{layer.weight_name}_scale"]
+        assert scale.shape == (layer.weight.shape[1],)  # one scale per output channel (axis 1 of [K, N])
+        assert np.all(np.abs(w - layer.weight) <= scale / 2 + 1e-7)
+
+
+def test_report_has_sizes_bits_and_per_layer_errors(int8_results):
+    report = int8_results["minmax"].report
+    assert 0 < report.size_after_bytes < report.size_before_bytes / 2
+    assert 8.0 < report.bits_per_weight < 9.0
+    assert [layer.name for layer in report.layers] == ["/0/MatMul", "/2/MatMul", "/4/MatMul"]
+    for layer in report.layers:
+        assert layer.action == "quantized"
+        # 8-bit per-channel weights land near 6 dB/bit; below 35 dB means scales or axes are wrong
+        assert layer.error["weight_sqnr_db"] > 35
+        assert layer.error["output_sqnr_db"] > 25
+
+
+def test_percentile_and_minmax_calibration_give_different_activation_scales(int8_results):
+    def activation_scales(res):
+        q = onnx.load(str(res.artifact.path))
+        return {t.name: float(numpy_helper.to_array(t)) for t in q.graph.initializer
+                if t.name.endswith("_scale") and not t.dims and "bias" not in t.name}
+
+    mm, pc = activation_scales(int8_results["minmax"]), activation_scales(int8_results["percentile"])
+    assert mm.keys() == pc.keys() and mm
+    assert any(not np.isclose(mm[k], pc[k], rtol=1e-6) for k in mm)
+    assert all(pc[k] <= mm[k] * (1 + 1e-6) for k in mm)  # clipping outliers can only narrow a range
+
+
+def test_exclude_keeps_a_layer_in_fp32(digits, digits_onnx, tmp_path):
+    res = _quantize(digits, digits_onnx, Int8QdqConfig(exclude=("/2/MatMul",)), tmp_path)
+    by = {layer.name: layer for layer in res.report.layers}
+    assert by["/2/MatMul"].action == "skipped" and "excluded" in by["/2/MatMul"].reason
+    assert by["/2/MatMul"].bits_per_weight == 32.0
+    q = onnx.load(str(res.artifact.path))
+    node = next(n for n in q.graph.node if n.name == "/2/MatMul")
+    w = next(t for t in q.graph.initializer if t.name == node.input[1])
+    assert w.data_type == onnx.TensorProto.FLOAT
+
+
+def test_unknown_exclude_name_is_rejected_with_the_valid_names(digits, digits_onnx, tmp_path):
+    with pytest.raises(EdgesmithError, match="/0/MatMul"):
+        _quantize(digits, digits_onnx, Int8QdqConfig(exclude=("nope",)), tmp_path)
+
+
+def test_same_inputs_give_byte_identical_models(digits, digits_onnx, tmp_path):
+    a = _quantize(digits, digits_onnx, Int8QdqConfig(calibration="percentile"), tmp_path / "a").artifact
+    b = _quantize(digits, digits_onnx, Int8QdqConfig(calibration="percentile"), tmp_path / "b").artifact
+    assert a.path.read_bytes() == b.path.read_bytes()
+
+
+@pytest.mark.parametrize("calibration, message", [
+    (np.full((8, 64), np.nan, np.float32), "NaN"),
+    (np.zeros((0, 64), np.float32), "empty"),
+    (None, "needs calibration data"),
+])
+def test_bad_calibration_data_is_a_user_error(digits, digits_onnx, tmp_path, calibration, message):
+    with pytest.raises(EdgesmithError, match=message):
+        _quantize(digits, digits_onnx, Int8QdqConfig(), tmp_path, calibration=calibration)
+    assert not (tmp_path / "model.int8.onnx").exists()
+
+
+def test_n_calibration_limits_the_samples_used(digits, digits_onnx, tmp_path):
+    res = _quantize(digits, digits_onnx, Int8QdqConfig(n_calibration=16), tmp_path)
+    assert any("on 16 samples" in note for note in res.report.notes)

@@ -1,0 +1,101 @@
+"""Plans: which variants each target builds, with which passes and runtimes, and filtering by name."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from torch import nn
+
+from compress.export_lava import ExportLavaConfig
+from compress.export_onnx import ExportOnnxConfig
+from compress.prune import MagnitudePruneConfig
+from compress.quant_int4 import Int4WeightOnlyConfig
+from compress.quant_int8 import Int8QdqConfig
+from hardware import PlanOptions, get_target
+from models.common import EdgesmithError
+
+PRODUCER = SimpleNamespace(name="stub")  # not built: plans must not need a trained model
+
+
+def _by_name(plan):
+    return {v.name: v for v in plan.variants}
+
+
+def _types(variant):
+    return [type(p) for p in variant.passes]
+
+
+def test_host_default_plan_has_fp32_int8_int4_with_tvm_except_int4():
+    plan = get_target("host-cpu").plan(PRODUCER, PlanOptions())
+    v = _by_name(plan)
+    assert list(v) == ["fp32", "int8", "int4"]
+    assert _types(v["fp32"]) == [ExportOnnxConfig]
+    assert _types(v["int8"]) == [ExportOnnxConfig, Int8QdqConfig]
+    assert _types(v["int4"]) == [ExportOnnxConfig, Int4WeightOnlyConfig]
+    assert v["fp32"].runtimes == v["int8"].runtimes == ["onnxruntime", "tvm"]
+    assert v["int4"].runtimes == ["onnxruntime"]
+    assert plan.latency_provenance == "measured"
+
+
+def test_host_plan_passes_options_into_the_configs():
+    opts = PlanOptions(calibration="percentile", percentile=99.9, int4_block_size=64, tvm=False)
+    v = _by_name(get_target("host-cpu").plan(PRODUCER, opts))
+    q = v["int8"].passes[1]
+    assert (q.calibration, q.percentile) == ("percentile", 99.9)
+    assert v["int4"].passes[1].block_size == 64
+    assert all(var.runtimes == ["onnxruntime"] for var in v.values())
+
+
+def test_host_pruned_variant_appears_only_with_a_sparsity():
+    v = _by_name(get_target("host-cpu").plan(PRODUCER, PlanOptions(prune_sparsity=0.7)))
+    assert _types(v["pruned"]) == [MagnitudePruneConfig, ExportOnnxConfig, Int8QdqConfig]
+    assert v["pruned"].passes[0].sparsity == 0.7
+    assert "pruned" not in _by_name(get_target("host-cpu").plan(PRODUCER, PlanOptions()))
+
+
+def test_variants_option_filters_by_name_in_target_order():
+    plan = get_target("host-cpu").plan(PRODUCER, PlanOptions(variants=("int4", "fp32")))
+    assert [v.name for v in plan.variants] == ["fp32", "int4"]
+
+
+def test_unknown_variant_name_is_a_user_error_listing_the_choices():
+    with pytest.raises(EdgesmithError, match="no variant 'int2'") as e:
+        get_target("host-cpu").plan(PRODUCER, PlanOptions(variants=("int2",)))
+    assert "int8" in e.value.fix
+
+
+def test_asking_for_pruned_without_sparsity_says_how_to_get_it():
+    with pytest.raises(EdgesmithError, match="not available") as e:
+        get_target("host-cpu").plan(PRODUCER, PlanOptions(variants=("pruned",)))
+    assert "sparsity" in e.value.fix
+
+
+def test_jetson_plan_is_fp32_and_int8_on_the_onnxruntime_proxy():
+    plan = get_target("jetson-orin-nano").plan(PRODUCER, PlanOptions(prune_sparsity=0.5))
+    v = _by_name(plan)
+    assert list(v) == ["fp32", "int8"]
+    assert all(var.runtimes == ["onnxruntime"] for var in v.values())
+    assert plan.latency_provenance == "estimated"
+    assert any("proxy" in n for n in plan.notes)
+    with pytest.raises(EdgesmithError):
+        get_target("jetson-orin-nano").plan(PRODUCER, PlanOptions(variants=("int4",)))
+
+
+def test_loihi2_plan_is_one_sigma_delta_variant_on_lava():
+    plan = get_target("loihi2").plan(PRODUCER, PlanOptions())
+    assert [v.name for v in plan.variants] == ["sigma-delta"]
+    assert _types(plan.variants[0]) == [ExportLavaConfig]
+    assert plan.variants[0].runtimes == ["lava"]
+    assert plan.latency_provenance == "estimated"
+
+
+def test_loihi2_plan_refuses_a_built_model_too_big_for_the_chip():
+    big = SimpleNamespace(name="big", module_=nn.Linear(6000, 5000))  # 30M 8-bit weights > 24 MiB
+    with pytest.raises(EdgesmithError, match="budget"):
+        get_target("loihi2").plan(big, PlanOptions())
+
+
+def test_plan_round_trips_to_json_ready_dict():
+    d = get_target("host-cpu").plan(PRODUCER, PlanOptions()).to_dict()
+    assert d["target"] == "host-cpu"
+    assert d["variants"][1]["passes"][1]["kind"] == "int8-qdq"
