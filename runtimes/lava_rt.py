@@ -1,0 +1,97 @@
+"""Lava (Loihi 2 simulator, fixed-point models): runs a ``model.lava.npz`` Sigma-Delta network.
+
+Lava 0.10 needs Python 3.10, so the simulation runs out of process: this runtime quantizes the
+inputs, writes them with the network to a temporary IN.npz, runs ``runtimes/lava_worker.py`` with
+the Lava env's Python (``.venv-lava/bin/python`` in the repo root, or ``EDGESMITH_LAVA_PYTHON``),
+and reads back the output activations and the activity counts (synops, neuron updates, messages)
+that a Loihi cost model needs. ``runtimes/sigma_delta_ref.py`` computes the same numbers in-process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from compress.base import Artifact
+from models.common import EdgesmithError
+from runtimes.base import Runtime, register_runtime
+from runtimes.sigma_delta_ref import SigmaDeltaNet, quantize_inputs
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+WORKER = Path(__file__).resolve().parent / "lava_worker.py"
+ENV_VAR = "EDGESMITH_LAVA_PYTHON"
+
+
+def lava_python() -> Path:
+    """The Lava env's interpreter: $EDGESMITH_LAVA_PYTHON, else .venv-lava/bin/python in the repo root."""
+    override = os.environ.get(ENV_VAR)
+    return Path(override) if override else REPO_ROOT / ".venv-lava" / "bin" / "python"
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:400] if lines else "(no error output)"
+
+
+@register_runtime
+class LavaRuntime(Runtime):
+    """Options: ``timeout_s`` (default 600) bounds one simulation; ``threads`` is not used."""
+
+    name = "lava"
+    formats = ("lava",)
+    description = "Lava 0.10 Loihi2SimCfg(select_tag='fixed_pt'), Sigma-Delta network, out of process"
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        py = lava_python()
+        if not py.exists():
+            return False, (f"the Lava Python 3.10 env was not found at {py}. Fix: run `make setup` to build "
+                           f".venv-lava, or point {ENV_VAR} at the Python of an env with lava-nc 0.10.")
+        return True, ""
+
+    def _load(self, artifact: Artifact) -> None:
+        self.net_ = SigmaDeltaNet.load(artifact.path)
+        with np.load(artifact.path, allow_pickle=False) as z:
+            self.arrays_ = {k: z[k] for k in z.files}
+
+    def _check_shape(self, x: np.ndarray) -> None:
+        super()._check_shape(x)
+        if int(np.prod(x.shape[1:])) != self.net_.n_inputs:
+            raise EdgesmithError(f"input has {int(np.prod(x.shape[1:]))} features per sample but the Lava network "
+                                 f"takes {self.net_.n_inputs}.", "reshape the input to the model's input shape.")
+
+    def _run(self, x: np.ndarray) -> tuple[np.ndarray, dict]:
+        ok, why = self.available()
+        if not ok:
+            problem, _, fix = why.partition(" Fix: ")
+            raise EdgesmithError(problem, fix or None)
+        x_int = quantize_inputs(self.net_, x)
+        timeout = float(self.options.get("timeout_s", 600))
+        with tempfile.TemporaryDirectory(prefix="edgesmith-lava-") as tmp:
+            src, dst = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
+            with open(src, "wb") as f:
+                np.savez(f, **self.arrays_, inputs_int=x_int)
+            env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+            t0 = time.perf_counter()
+            try:
+                proc = subprocess.run([str(lava_python()), str(WORKER), str(src), str(dst)], capture_output=True,
+                                      text=True, timeout=timeout, env=env, cwd=tmp)
+            except subprocess.TimeoutExpired:
+                raise EdgesmithError(f"the Lava simulation of {len(x)} samples ran past {timeout:.0f} s.",
+                                     "run fewer samples at a time or raise the runtime's timeout_s.") from None
+            worker_s = time.perf_counter() - t0
+            if proc.returncode != 0 or not dst.exists():
+                raise EdgesmithError(f"the Lava worker failed: {_last_line(proc.stderr)}",
+                                     "check that .venv-lava has lava-nc 0.10 (run `make setup`) and that the "
+                                     "model was written by export-lava.")
+            with np.load(dst, allow_pickle=False) as z:
+                out_int = z["outputs"]
+                stats = json.loads(str(z["stats_json"]))
+        stats.update(worker_wall_s=worker_s, samples=len(x), timesteps_per_sample=self.net_.steps_per_sample,
+                     threads="n/a (Lava simulator)")
+        return (out_int.astype(np.float64) * self.net_.output_scale).astype(np.float32), stats
