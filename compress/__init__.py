@@ -1,6 +1,7 @@
 """Compression and export passes: one config dataclass + one registered handler per pass.
 
-Registration: one import line per pass module below.
+Registration: one line per pass module in ``PASS_MODULES``; the modules are imported on the first
+registry query (so importing ``compress.base`` alone does not import torch).
 """
 from compress.base import (
     Artifact,
@@ -17,11 +18,14 @@ from compress.base import (
     run_passes,
 )
 
-from compress import export_onnx  # noqa: F401  (export-onnx)
-from compress import export_lava  # noqa: F401  (export-lava)
-from compress import quant_int8  # noqa: F401  (int8-qdq)
-from compress import quant_int4  # noqa: F401  (int4-weight-only)
-from compress import prune  # noqa: F401  (prune-magnitude)
+PASS_MODULES = (
+    "compress.export_onnx",  # export-onnx
+    "compress.export_lava",  # export-lava
+    "compress.quant_int8",  # int8-qdq
+    "compress.quant_int4",  # int4-weight-only
+    "compress.prune",  # prune-magnitude
+    "compress.export_trees",  # export-tree-onnx, export-tree-c
+)
 
 __all__ = [
     "Artifact", "LayerReport", "PassConfig", "PassContext", "PassReport", "PassResult", "apply_pass",

@@ -29,7 +29,8 @@ from models.common import EdgesmithError, check_finite_array
 
 # --- artifacts -----------------------------------------------------------------------------------
 
-FORMATS = ("torch", "onnx", "lava")
+FORMATS = ("torch", "onnx", "lava", "trees", "c")
+IN_MEMORY_FORMATS = ("torch", "trees")  # carry ``module``; the others carry ``path``
 
 
 @dataclass
@@ -49,9 +50,9 @@ class Artifact:
     def __post_init__(self):
         if self.format not in FORMATS:
             raise ValueError(f"unknown artifact format {self.format!r}; expected one of {FORMATS}")
-        if self.format == "torch" and self.module is None:
-            raise ValueError("a torch artifact needs a module")
-        if self.format != "torch" and self.path is None:
+        if self.format in IN_MEMORY_FORMATS and self.module is None:
+            raise ValueError(f"a {self.format} artifact needs a module")
+        if self.format not in IN_MEMORY_FORMATS and self.path is None:
             raise ValueError(f"a {self.format} artifact needs a path")
         if self.path is not None:
             self.path = Path(self.path)
@@ -63,6 +64,8 @@ class Artifact:
             if p.is_dir():
                 return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
             return p.stat().st_size
+        if hasattr(self.module, "size_bytes"):  # e.g. a tree ensemble reports its own array bytes
+            return int(self.module.size_bytes())
         return int(sum(t.numel() * t.element_size() for t in self.module.state_dict().values()))
 
     def describe(self) -> str:
@@ -98,8 +101,18 @@ class PassConfig:
         raise EdgesmithError(f"{self.kind}: {field_name} {problem}.", fix)
 
 
+def _import_passes() -> None:
+    import importlib
+
+    import compress
+
+    for module in compress.PASS_MODULES:
+        importlib.import_module(module)
+
+
 def config_from_dict(d: dict) -> PassConfig:
     """Rebuild a config from ``to_dict`` output (or a recipe table): ``{"kind": ..., fields...}``."""
+    _import_passes()
     d = dict(d)
     kind = d.pop("kind", None)
     if kind not in _CONFIG_TYPES:
@@ -125,10 +138,12 @@ def config_from_json(s: str) -> PassConfig:
 
 
 def pass_kinds() -> list[str]:
+    _import_passes()
     return sorted(_CONFIG_TYPES)
 
 
 def pass_config_type(kind: str) -> type["PassConfig"]:
+    _import_passes()
     return _CONFIG_TYPES[kind]
 
 

@@ -74,20 +74,23 @@ class Loihi2CostModel(CostModel):
             raise EdgesmithError(f"loihi2 runs fixed-point networks, not {work.precision!r}.",
                                  "build the workload from Lava activity (workload_from_activity).")
         cores = self.cores_used(work)
-        barrier_s = work.timesteps * self.c("barrier_sync_ns") * 1e-9
-        compute_s = (work.synops * self.c("synop_time_ns") + work.neuron_updates * self.c("neuron_update_time_ns")
-                     ) * 1e-9 / cores
+        # counts are per sample; a batch streams through the chip sample after sample (time multiplexing)
+        b = max(int(work.batch), 1)
+        timesteps, synops = work.timesteps * b, work.synops * b
+        updates, messages = work.neuron_updates * b, work.messages * b
+        barrier_s = timesteps * self.c("barrier_sync_ns") * 1e-9
+        compute_s = (synops * self.c("synop_time_ns") + updates * self.c("neuron_update_time_ns")) * 1e-9 / cores
         latency = barrier_s + compute_s
-        synop_j = work.synops * self.c("synop_energy_pj") * 1e-12
-        update_j = work.neuron_updates * self.c("neuron_update_energy_pj") * 1e-12
-        message_j = work.messages * self.c("message_energy_pj") * 1e-12
+        synop_j = synops * self.c("synop_energy_pj") * 1e-12
+        update_j = updates * self.c("neuron_update_energy_pj") * 1e-12
+        message_j = messages * self.c("message_energy_pj") * 1e-12
         static_w = self.c("chip_power_w") * cores / self.c("neurocores")
         static_j = static_w * latency
         energy = synop_j + update_j + message_j + static_j
         breakdown = {
             "latency_provenance": "estimated (activity counts x per-event times; no Loihi here)",
-            "cores_used": cores, "timesteps": work.timesteps,
-            "barrier_s": barrier_s, "compute_s": compute_s, "time_per_step_s": latency / work.timesteps,
+            "cores_used": cores, "batch": b, "timesteps": timesteps,
+            "barrier_s": barrier_s, "compute_s": compute_s, "time_per_step_s": latency / timesteps,
             "synop_j": synop_j, "neuron_update_j": update_j, "message_j": message_j,
             "static_j": static_j, "static_power_w": static_w,
             "note": "per-event energies and times are Loihi 1 figures (Davies et al. 2018): Intel publishes "

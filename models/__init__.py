@@ -1,10 +1,14 @@
 """Model producers: each builds a small model plus its calibration data, inputs and metric.
 
-Registration: one import line per producer module below.
+Registration: one line per producer module in ``PRODUCER_MODULES``. The modules are imported on
+the first registry query, not at ``import models``, so a process that only needs ``models.common``
+(a latency worker timing an onnxruntime model, say) does not pay for torch.
 """
 from models.base import Evaluation, Metric, Producer, get_producer, producer_names, register_producer
 from models.common import EdgesmithError
 
-from models import digits  # noqa: F401  (registers digits-mlp, digits-wide)
+PRODUCER_MODULES = (
+    "models.digits",  # digits-mlp, digits-wide
+)
 
 __all__ = ["Evaluation", "Metric", "Producer", "EdgesmithError", "get_producer", "producer_names", "register_producer"]

@@ -115,11 +115,22 @@ def register_producer(cls: type[Producer]) -> type[Producer]:
     return cls
 
 
+def _import_producers() -> None:
+    import importlib
+
+    import models
+
+    for module in models.PRODUCER_MODULES:
+        importlib.import_module(module)
+
+
 def producer_names() -> list[str]:
+    _import_producers()
     return sorted(_PRODUCERS)
 
 
 def get_producer(name: str, **kwargs) -> Producer:
+    _import_producers()
     try:
         cls = _PRODUCERS[name]
     except KeyError:

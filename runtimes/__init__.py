@@ -1,8 +1,18 @@
-"""Runtimes: one file per backend, same class shape. Registration: one import line per backend."""
+"""Runtimes: one file per backend, same class shape.
+
+Registration: one line per backend in ``RUNTIME_MODULES`` (runtime name -> module). A backend's module
+is imported when that runtime is first asked for, so timing an onnxruntime model never imports torch.
+"""
 from runtimes.base import RunResult, Runtime, get_runtime, register_runtime, runtime_names
 
-from runtimes import torch_rt  # noqa: F401  (torch)
-from runtimes import onnxruntime_rt  # noqa: F401  (onnxruntime)
-from runtimes import lava_rt  # noqa: F401  (lava)
+RUNTIME_MODULES = {
+    "torch": "runtimes.torch_rt",
+    "onnxruntime": "runtimes.onnxruntime_rt",
+    "tvm": "runtimes.tvm_rt",
+    "lava": "runtimes.lava_rt",
+    "sigma-delta-ref": "runtimes.sigma_delta_rt",
+    "c": "runtimes.c_rt",
+    "trees": "runtimes.trees_rt",
+}
 
 __all__ = ["RunResult", "Runtime", "get_runtime", "register_runtime", "runtime_names"]

@@ -36,6 +36,8 @@ class Runtime(ABC):
     name: ClassVar[str]
     formats: ClassVar[tuple[str, ...]]  # artifact formats this backend loads
     description: ClassVar[str] = ""
+    # name of a runtime that must reproduce this one's outputs exactly (a bit-exact simulator model)
+    bit_exact_reference: ClassVar[str | None] = None
 
     def __init__(self, threads: int | None = None, **options):
         self.threads = threads
@@ -94,14 +96,20 @@ def register_runtime(cls: type[Runtime]) -> type[Runtime]:
 
 
 def runtime_names() -> list[str]:
-    return sorted(_RUNTIMES)
+    import runtimes
+
+    return sorted(runtimes.RUNTIME_MODULES)
 
 
 def get_runtime(name: str, **options) -> Runtime:
-    try:
-        cls = _RUNTIMES[name]
-    except KeyError:
-        raise EdgesmithError(f"unknown runtime {name!r}.", f"use one of: {', '.join(runtime_names())}.") from None
+    import importlib
+
+    import runtimes
+
+    if name not in runtimes.RUNTIME_MODULES:
+        raise EdgesmithError(f"unknown runtime {name!r}.", f"use one of: {', '.join(runtime_names())}.")
+    importlib.import_module(runtimes.RUNTIME_MODULES[name])
+    cls = _RUNTIMES[name]
     ok, why = cls.available()
     if not ok:
         raise EdgesmithError(f"runtime {name!r} is not available: {why}")

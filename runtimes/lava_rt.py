@@ -45,6 +45,7 @@ class LavaRuntime(Runtime):
     name = "lava"
     formats = ("lava",)
     description = "Lava 0.10 Loihi2SimCfg(select_tag='fixed_pt'), Sigma-Delta network, out of process"
+    bit_exact_reference = "sigma-delta-ref"
 
     @classmethod
     def available(cls) -> tuple[bool, str]:

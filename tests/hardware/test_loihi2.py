@@ -63,3 +63,15 @@ def test_target_facts():
     t = Loihi2()
     assert t.memory_budget_bytes == 128 * 192 * 1024
     assert (t.numeric_formats, t.runtime, t.export_format) == (("fixed",), "lava", "lava")
+
+
+def test_a_batch_streams_sample_after_sample_so_cost_scales_with_batch():
+    from hardware import Workload, get_target
+
+    model = get_target("loihi2").cost_model
+    one = model.estimate(Workload(precision="fixed", synops=1e4, neuron_updates=800, messages=200, timesteps=4,
+                                  weight_bytes=24_000, batch=1))
+    eight = model.estimate(Workload(precision="fixed", synops=1e4, neuron_updates=800, messages=200, timesteps=4,
+                                    weight_bytes=24_000, batch=8))
+    assert eight.latency_s == pytest.approx(8 * one.latency_s)
+    assert eight.energy_j == pytest.approx(8 * one.energy_j)

@@ -1,0 +1,283 @@
+"""Latency measurement that says how it was measured: per-call samples, percentiles, spread, method.
+
+``measure_latency`` times a loaded runtime in this process. ``measure_isolated`` runs the same
+measurement in a fresh Python process per artifact (``python -m bench.worker``), because numbers taken
+in a process that has just trained or compressed models are noisy (allocator and cache state, threads
+left over) and its peak RSS belongs to everything the process did, not to the artifact.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from bench.memory import MemoryStats, artifact_size_bytes, current_rss_bytes, peak_rss_bytes
+from compress.base import Artifact
+from models.common import EdgesmithError, write_json
+from runtimes.base import Runtime, get_runtime
+
+METHOD_IN_PROCESS = "perf_counter_ns around run(), in-process"
+METHOD_ISOLATED = "perf_counter_ns around run(), fresh process (python -m bench.worker)"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class LatencyStats:
+    """Per-call latency of one artifact on one runtime, in seconds.
+
+    ``samples_s`` are the raw timed calls (warm-up calls excluded); every other figure is derived from
+    them. ``std`` is the sample standard deviation, ``iqr`` is p75 - p25 and ``cv`` is std / mean.
+    """
+
+    n: int
+    warmup: int
+    threads: int | None
+    batch: int
+    p50: float
+    p90: float
+    p99: float
+    mean: float
+    std: float
+    min: float
+    max: float
+    iqr: float
+    cv: float
+    samples_s: list[float] = field(repr=False)
+    runtime: str = ""
+    method: str = METHOD_IN_PROCESS
+
+    @classmethod
+    def from_samples(cls, samples_s, *, warmup: int, threads: int | None, batch: int, runtime: str,
+                     method: str) -> "LatencyStats":
+        s = np.asarray(samples_s, dtype=np.float64)
+        if s.ndim != 1 or s.size == 0:
+            raise ValueError("latency statistics need at least one sample")
+        p25, p50, p75, p90, p99 = np.percentile(s, [25, 50, 75, 90, 99])
+        mean = float(s.mean())
+        std = float(s.std(ddof=1)) if s.size > 1 else 0.0
+        return cls(n=int(s.size), warmup=int(warmup), threads=threads, batch=int(batch), p50=float(p50),
+                   p90=float(p90), p99=float(p99), mean=mean, std=std, min=float(s.min()), max=float(s.max()),
+                   iqr=float(p75 - p25), cv=std / mean if mean > 0 else 0.0, samples_s=[float(v) for v in s],
+                   runtime=runtime, method=method)
+
+    @property
+    def p50_per_sample(self) -> float:
+        """Median seconds per sample of the batch."""
+        return self.p50 / self.batch
+
+    @property
+    def throughput_per_s(self) -> float:
+        """Samples per second at the median call time."""
+        return self.batch / self.p50 if self.p50 > 0 else float("inf")
+
+    def to_dict(self, *, samples: bool = True) -> dict:
+        d = dataclasses.asdict(self)
+        if not samples:
+            d.pop("samples_s")
+        d["p50_per_sample"] = self.p50_per_sample
+        d["throughput_per_s"] = self.throughput_per_s
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LatencyStats":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def _check_counts(warmup: int, reps: int, min_time_s: float) -> None:
+    if int(warmup) != warmup or warmup < 0:
+        raise EdgesmithError(f"warmup must be a whole number >= 0, got {warmup!r}.", "pass e.g. warmup=20.")
+    if int(reps) != reps or reps < 1:
+        raise EdgesmithError(f"reps must be a whole number >= 1, got {reps!r}.", "pass e.g. reps=200.")
+    if not min_time_s >= 0:
+        raise EdgesmithError(f"min_time_s must be >= 0 seconds, got {min_time_s!r}.",
+                             "pass 0 to time exactly reps calls.")
+
+
+def _as_inputs(inputs) -> np.ndarray:
+    x = np.ascontiguousarray(inputs, dtype=np.float32)
+    if x.ndim == 0 or x.shape[0] == 0:
+        raise EdgesmithError(f"inputs have shape {x.shape}; latency needs a batch of at least one sample.",
+                             "pass an array shaped (batch, ...) with batch >= 1.")
+    return x
+
+
+def measure_latency(runtime: Runtime, inputs, *, warmup: int = 20, reps: int = 200, min_time_s: float = 0.0,
+                    method: str | None = None) -> LatencyStats:
+    """Time ``runtime.run(inputs)`` call by call with ``time.perf_counter_ns``.
+
+    ``warmup`` untimed calls come first (first calls pay for allocation, kernel selection, caches).
+    Then at least ``reps`` calls are timed, and more until their total reaches ``min_time_s``. Inputs
+    are converted to contiguous float32 once, so the timed calls do not include a conversion.
+    """
+    _check_counts(warmup, reps, min_time_s)
+    if not hasattr(runtime, "artifact_"):
+        raise EdgesmithError(f"runtime {runtime.name!r} has no model loaded.", "call runtime.load(artifact) first.")
+    x = _as_inputs(inputs)
+    for _ in range(int(warmup)):
+        runtime.run(x)
+    clock = time.perf_counter_ns
+    budget_ns = int(min_time_s * 1e9)
+    samples_ns: list[int] = []
+    spent_ns = 0
+    while len(samples_ns) < reps or spent_ns < budget_ns:
+        t0 = clock()
+        runtime.run(x)
+        dt = clock() - t0
+        samples_ns.append(dt)
+        spent_ns += dt
+    return LatencyStats.from_samples(np.asarray(samples_ns, dtype=np.float64) * 1e-9, warmup=int(warmup),
+                                     threads=runtime.threads, batch=int(x.shape[0]), runtime=runtime.name,
+                                     method=method or METHOD_IN_PROCESS)
+
+
+def outputs_checksum(outputs: np.ndarray) -> str:
+    """SHA-256 of an output array's dtype, shape and bytes: equal outputs give equal checksums."""
+    a = np.ascontiguousarray(outputs)
+    h = hashlib.sha256(f"{a.dtype.str}{a.shape}".encode())
+    h.update(a.tobytes())
+    return h.hexdigest()
+
+
+@dataclass
+class IsolatedResult:
+    """Latency and memory of one artifact measured in its own process, plus its outputs.
+
+    ``isolated`` is False only when a torch module could not be saved for the worker and was measured
+    in this process instead (``latency.method`` then says why).
+    """
+
+    latency: LatencyStats
+    memory: MemoryStats
+    outputs: np.ndarray = field(repr=False)
+    isolated: bool = True
+
+    @property
+    def outputs_sha256(self) -> str:
+        return outputs_checksum(self.outputs)
+
+    def to_dict(self, *, samples: bool = True) -> dict:
+        """One flat dict (latency fields, memory fields, outputs checksum): one row of a report table."""
+        return {**self.latency.to_dict(samples=samples), **self.memory.to_dict(), "isolated": self.isolated,
+                "outputs_shape": list(self.outputs.shape), "outputs_sha256": self.outputs_sha256}
+
+
+def _json_meta(meta: dict) -> dict:
+    """The part of an artifact's meta that survives JSON (what a runtime reads: shapes, names)."""
+    kept = {}
+    for k, v in meta.items():
+        try:
+            json.dumps(v)
+        except (TypeError, ValueError):
+            continue
+        kept[k] = v
+    return kept
+
+
+def _save_torch_program(artifact: Artifact, x: np.ndarray, path: Path) -> str | None:
+    """Save the module as a torch.export program the worker can load; return why not, or None."""
+    import torch
+
+    try:
+        program = torch.export.export(artifact.module, (torch.from_numpy(x),))
+        torch.export.save(program, str(path))
+    except Exception as e:  # export fails in many ways (data-dependent control flow, unsupported ops)
+        text = str(e).strip()
+        return (text.splitlines()[0] if text else type(e).__name__)[:200]
+    return None
+
+
+def _measure_here(runtime_name: str, artifact: Artifact, x: np.ndarray, *, threads, warmup, reps, min_time_s,
+                  runtime_options: dict, why: str) -> IsolatedResult:
+    rt = get_runtime(runtime_name, threads=threads, **runtime_options)
+    before = current_rss_bytes()
+    rt.load(artifact)
+    after = current_rss_bytes()
+    method = (f"{METHOD_IN_PROCESS} (torch.export failed: {why}; memory figures belong to this shared "
+              f"process, not to the artifact alone)")
+    stats = measure_latency(rt, x, warmup=warmup, reps=reps, min_time_s=min_time_s, method=method)
+    outputs = rt.run(x).outputs
+    mem = MemoryStats(artifact_size_bytes(artifact), before, after, peak_rss_bytes(), isolated=False)
+    return IsolatedResult(stats, mem, outputs, isolated=False)
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:400] if lines else "(no error output)"
+
+
+def _run_worker(workdir: Path, threads: int | None, timeout_s: float, what: str) -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "bench.worker", str(workdir)], cwd=REPO_ROOT, env=env,
+                              capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise EdgesmithError(f"measuring {what} in a fresh process took longer than {timeout_s} s.",
+                             "raise timeout_s, or lower reps / min_time_s.") from None
+    if proc.returncode == 0 and (workdir / "result.json").exists():
+        return
+    err_file = workdir / "error.json"
+    if err_file.exists():  # a user error inside the worker: pass it on unchanged
+        err = json.loads(err_file.read_text())
+        raise EdgesmithError(err["problem"], err.get("fix"))
+    raise EdgesmithError(
+        f"the benchmark worker measuring {what} failed (exit code {proc.returncode}): {_last_line(proc.stderr)}",
+        f"check that {what} loads and runs in this process with get_runtime(...).load(artifact).run(x).",
+    )
+
+
+def measure_isolated(runtime_name: str, artifact: Artifact, inputs, *, threads: int | None, warmup: int = 20,
+                     reps: int = 200, min_time_s: float = 0.0, runtime_options: dict | None = None,
+                     timeout_s: float = 600) -> IsolatedResult:
+    """Measure latency and memory of ``artifact`` on ``runtime_name`` in a fresh Python process.
+
+    File artifacts (onnx, lava) are loaded by path in the worker; a torch module is saved with
+    ``torch.export`` and loaded there as an exported program. If a module cannot be exported it is
+    measured in this process and ``method`` says so. ``threads`` goes to the runtime and to the
+    worker's OMP_NUM_THREADS.
+    """
+    _check_counts(warmup, reps, min_time_s)
+    if threads is not None and (int(threads) != threads or threads < 1):
+        raise EdgesmithError(f"threads must be a whole number >= 1 or None, got {threads!r}.", "pass e.g. threads=2.")
+    x = _as_inputs(inputs)
+    opts = dict(runtime_options or {})
+    try:
+        json.dumps(opts)
+    except (TypeError, ValueError):
+        raise EdgesmithError("runtime_options must be JSON values to reach the measurement process.",
+                             "pass numbers, strings, lists or dicts as runtime options.") from None
+    what = f"{artifact.describe()} on {runtime_name}"
+    with tempfile.TemporaryDirectory(prefix="edgesmith-bench-") as tmp:
+        workdir = Path(tmp)
+        spec_artifact = {"format": artifact.format, "meta": _json_meta(artifact.meta)}
+        if artifact.format == "torch":
+            program = workdir / "module.pt2"
+            why = _save_torch_program(artifact, x, program)
+            if why is not None:
+                return _measure_here(runtime_name, artifact, x, threads=threads, warmup=warmup, reps=reps,
+                                     min_time_s=min_time_s, runtime_options=opts, why=why)
+            spec_artifact["path"] = str(program)
+        else:
+            spec_artifact["path"] = str(Path(artifact.path).resolve())
+        method = METHOD_ISOLATED + (", torch.export program" if artifact.format == "torch" else "")
+        write_json(workdir / "spec.json", {"runtime": runtime_name, "threads": threads, "runtime_options": opts,
+                                           "warmup": int(warmup), "reps": int(reps), "min_time_s": float(min_time_s),
+                                           "method": method, "artifact": spec_artifact})
+        np.save(workdir / "inputs.npy", x)
+        _run_worker(workdir, threads, timeout_s, what)
+        result = json.loads((workdir / "result.json").read_text())
+        outputs = np.load(workdir / "outputs.npy")
+    memory = MemoryStats(artifact_size_bytes=artifact_size_bytes(artifact), **result["memory"])
+    return IsolatedResult(LatencyStats.from_dict(result["latency"]), memory, outputs, isolated=True)

@@ -1,0 +1,235 @@
+"""Deploy reports: one JSON file (everything), one Markdown page (the tables a person reads) and PNG plots.
+
+The JSON is the source of truth; the Markdown and the plots are rendered from it, so they never
+disagree. Every latency and energy figure keeps its provenance label (measured / estimated) next to it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from models.common import write_json
+
+
+def _fmt_s(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s < 1e-3:
+        return f"{s * 1e6:.1f} us"
+    if s < 1:
+        return f"{s * 1e3:.3f} ms"
+    return f"{s:.2f} s"
+
+
+def _fmt_j(j: float | None) -> str:
+    if j is None:
+        return "-"
+    for unit, scale in (("J", 1), ("mJ", 1e-3), ("uJ", 1e-6), ("nJ", 1e-9)):
+        if abs(j) >= scale:
+            return f"{j / scale:.3g} {unit}"
+    return f"{j / 1e-12:.3g} pJ"
+
+
+def _fmt_bytes(b: float | None) -> str:
+    if b is None:
+        return "-"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if b >= scale:
+            return f"{b / scale:.2f} {unit}"
+    return f"{int(b)} B"
+
+
+def render_markdown(report: dict) -> str:
+    """The human-readable page of a deploy report."""
+    ref = report["reference"]
+    metric = ref["evaluation"]["metric"]
+    lines = [
+        f"# edgesmith deploy: {report['model']} on {report['target']['name']}",
+        "",
+        f"- date: {report['date']}; edgesmith {report['environment'].get('edgesmith', '?')}; "
+        f"seed {report['seed']}",
+        f"- machine: {report['environment'].get('cpu', '?')}, {report['environment'].get('cpu_count', '?')} cores; "
+        f"threads used: {report['threads']}",
+        f"- reference: torch fp32, {metric} = {ref['evaluation']['value']:.4f} on {ref['evaluation']['n_samples']} held-out samples",
+        f"- latency: **{report['plan']['latency_provenance']}**"
+        + (" (" + report["latency_method"] + ")" if report.get("latency_method") else ""),
+        f"- energy: see the provenance column; coefficients and sources are in report.json under `target`",
+        "",
+        "## Results",
+        "",
+        f"| variant | runtime | {metric} | Δ vs fp32 | size on disk | bits/weight | max abs diff vs torch | "
+        + " | ".join(f"p50 b={b}" for b in report["batch_sizes"])
+        + " | energy / sample | energy provenance |",
+        "|" + "---|" * (9 + len(report["batch_sizes"])),
+    ]
+    for r in report["results"]:
+        lat = r.get("latency", {})
+        lat_cells = []
+        for b in report["batch_sizes"]:
+            entry = lat.get(str(b))
+            lat_cells.append(
+                "-" if entry is None else f"{_fmt_s(entry['p50'])} ({entry['provenance'][:4]})"
+            )
+        e = r.get("energy") or {}
+        lines.append(
+            f"| {r['variant']} | {r['runtime_label']} | {r['evaluation']['value']:.4f} | "
+            f"{r['evaluation']['value'] - ref['evaluation']['value']:+.4f} | {_fmt_bytes(r['size_bytes'])} | "
+            f"{'-' if r.get('bits_per_weight') is None else format(r['bits_per_weight'], '.2f')} | "
+            f"{'-' if r.get('max_abs_diff') is None else format(r['max_abs_diff'], '.3g')} | "
+            + " | ".join(lat_cells)
+            + f" | {_fmt_j(e.get('energy_j_per_sample'))} | {e.get('provenance', '-')}"
+            + (f": {e['method']}" if e.get("method") else "")
+            + " |"
+        )
+    # latency detail
+    lines += ["", "## Latency detail", "",
+              "| variant | runtime | batch | provenance | p50 | p90 | p99 | cv | n | peak RSS |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in report["results"]:
+        for b, entry in r.get("latency", {}).items():
+            lines.append(
+                f"| {r['variant']} | {r['runtime_label']} | {b} | {entry['provenance']} | {_fmt_s(entry['p50'])} | "
+                f"{_fmt_s(entry.get('p90'))} | {_fmt_s(entry.get('p99'))} | "
+                f"{'-' if entry.get('cv') is None else format(entry['cv'], '.2f')} | {entry.get('n', '-')} | "
+                f"{_fmt_bytes(entry.get('peak_rss_bytes'))} |"
+            )
+    exact = [r for r in report["results"] if r.get("bit_exact_reference")]
+    if exact:
+        lines += ["", "## Check against the bit-exact reference model", "",
+                  "| variant | runtime | reference | samples | max abs output difference | activity counts equal |",
+                  "|---|---|---|---|---|---|"]
+        for r in exact:
+            e = r["bit_exact_reference"]
+            lines.append(f"| {r['variant']} | {r['runtime_label']} | {e['runtime']} | {e['n_samples']} | "
+                         f"{e['max_abs_diff']:g} | {'yes' if e['activity_equal'] else 'NO'} |")
+    extra = [r for r in report["results"] if r.get("activity")]
+    if extra:
+        lines += ["", "## Neuromorphic activity (from the simulator's spikes, per sample)", "",
+                  "| variant | runtime | synaptic ops | neuron updates | messages | time steps |", "|---|---|---|---|---|---|"]
+        for r in extra:
+            a = r["activity"]
+            lines.append(f"| {r['variant']} | {r['runtime_label']} | {a['synops']:.1f} | {a['neuron_updates']:.1f} | "
+                         f"{a['messages']:.1f} | {a['timesteps']:.1f} |")
+    # compression detail
+    lines += ["", "## Compression passes", ""]
+    for v in report["variants"]:
+        for p in v["pass_reports"]:
+            cfg = p["config"]
+            lines.append(
+                f"- **{v['name']}** / `{cfg['kind']}`: {_fmt_bytes(p['size_before_bytes'])} -> "
+                f"{_fmt_bytes(p['size_after_bytes'])}"
+                + (f", {p['bits_per_weight']:.2f} bits/weight" if p.get("bits_per_weight") is not None else "")
+                + (f", skipped: {', '.join(p['skipped_layers'])}" if p.get("skipped_layers") else "")
+                + f" ({p['seconds']:.2f} s)"
+            )
+            for note in p.get("notes", []):
+                lines.append(f"  - {note}")
+            if p.get("layers"):
+                lines.append("")
+                lines.append("  | layer | action | bits/weight | params | error |")
+                lines.append("  |---|---|---|---|---|")
+                for layer in p["layers"]:
+                    err = ", ".join(f"{k}={v:.2f}" if isinstance(v, (int, float)) else f"{k}={v}"
+                                    for k, v in layer.get("error", {}).items())
+                    lines.append(
+                        f"  | {layer['name']} | {layer['action']} | "
+                        f"{'-' if layer.get('bits_per_weight') is None else format(layer['bits_per_weight'], '.2f')} | "
+                        f"{layer.get('n_params', '-')} | {err or layer.get('reason', '-')} |"
+                    )
+                lines.append("")
+            sens = p.get("extra", {}).get("sensitivity")
+            if sens:
+                lines += ["  Sensitivity (one layer quantized at a time):", "",
+                          "  | layer | metric | Δ vs fp32 |", "  |---|---|---|"]
+                for row in sens:
+                    lines.append(f"  | {row['layer']} | {row['metric']:.4f} | {row['delta']:+.4f} |")
+                lines.append("")
+    # estimates' sources
+    lines += ["", "## Where the figures come from", ""]
+    lines.append(f"- Target `{report['target']['name']}`: cost model `{report['target']['cost_model']}`.")
+    for c in report["target"]["coefficients"]:
+        lines.append(f"  - {c['name']} = {c['value']:g} {c['unit']} ({c['source']})")
+    for note in report["plan"].get("notes", []) + report.get("notes", []):
+        lines.append(f"- {note}")
+    if report.get("plots"):
+        lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in report["plots"]]
+    return "\n".join(lines) + "\n"
+
+
+def plot_report(report: dict, folder: Path) -> list[str]:
+    """Latency distributions, metric vs size, per-layer error. Returns the written file names."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    metric = report["reference"]["evaluation"]["metric"]
+
+    # latency distribution per (variant, runtime), one panel per batch size, measured figures only
+    measured = [(r, b, e) for r in report["results"] for b, e in r.get("latency", {}).items()
+                if e.get("provenance") == "measured" and e.get("samples_s")]
+    if measured:
+        batches = sorted({b for _, b, _ in measured}, key=int)
+        fig, axes = plt.subplots(1, len(batches), figsize=(6 * len(batches), 4), squeeze=False)
+        for ax, b in zip(axes[0], batches):
+            rows = [(r, e) for r, bb, e in measured if bb == b]
+            data = [np.asarray(e["samples_s"]) * 1e3 for _, e in rows]
+            ax.boxplot(data, orientation="horizontal", showfliers=True, whis=(1, 99))
+            ax.set_yticks(range(1, len(rows) + 1), [f"{r['variant']}\n{r['runtime_label']}" for r, _ in rows], fontsize=8)
+            ax.set_xscale("log")
+            ax.set_xlabel("latency per call (ms, log scale); whiskers p1-p99")
+            ax.set_title(f"batch {b} (measured)")
+        fig.suptitle(f"{report['model']} on {report['target']['name']}: latency distribution")
+        fig.tight_layout()
+        fig.savefig(folder / "latency.png", dpi=110)
+        plt.close(fig)
+        written.append("latency.png")
+
+    # metric vs size on disk
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ref = report["reference"]
+    ax.scatter([ref["size_bytes"] / 1024], [ref["evaluation"]["value"]], marker="*", s=150, c="k", label="torch fp32")
+    for r in report["results"]:
+        ax.scatter([r["size_bytes"] / 1024], [r["evaluation"]["value"]], label=f"{r['variant']} / {r['runtime_label']}")
+    ax.set_xlabel("size on disk (KiB)")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{report['model']} on {report['target']['name']}: {metric} vs size")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(folder / "metric_vs_size.png", dpi=110)
+    plt.close(fig)
+    written.append("metric_vs_size.png")
+
+    # per-layer error of each quantizing pass
+    layer_rows = []
+    for v in report["variants"]:
+        for p in v["pass_reports"]:
+            for layer in p.get("layers", []):
+                err = layer.get("error", {})
+                key = next((k for k in ("output_sqnr_db", "weight_sqnr_db") if k in err), None)
+                if key is not None:
+                    layer_rows.append((f"{v['name']}:{p['config']['kind']}", layer["name"], key, err[key]))
+    if layer_rows:
+        groups = sorted({g for g, *_ in layer_rows})
+        fig, ax = plt.subplots(figsize=(7, 0.35 * len(layer_rows) + 1.5))
+        y = np.arange(len(layer_rows))
+        colors = {g: f"C{i}" for i, g in enumerate(groups)}
+        ax.barh(y, [v for *_, v in layer_rows], color=[colors[g] for g, *_ in layer_rows])
+        ax.set_yticks(y, [f"{g} {name} ({key.split('_')[0]})" for g, name, key, _ in layer_rows], fontsize=7)
+        ax.set_xlabel("SQNR (dB, higher is better)")
+        ax.set_title("per-layer quantization error")
+        fig.tight_layout()
+        fig.savefig(folder / "per_layer_error.png", dpi=110)
+        plt.close(fig)
+        written.append("per_layer_error.png")
+    return written
+
+
+def write_report(report: dict, folder: Path) -> None:
+    """Write report.json, report.md and the plots into ``folder`` (a temporary folder of the caller)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    report["plots"] = plot_report(report, folder)
+    write_json(folder / "report.json", report)
+    (folder / "report.md").write_text(render_markdown(report))

@@ -1,0 +1,100 @@
+"""The fresh process behind ``bench.latency.measure_isolated``: load one artifact, time it, report.
+
+    python -m bench.worker WORKDIR
+
+WORKDIR holds ``spec.json`` (runtime, threads, counts, artifact) and ``inputs.npy``. The worker
+writes ``result.json`` (latency samples and memory) and ``outputs.npy``; a user error is written to
+``error.json`` so the parent can raise it unchanged. One process per artifact keeps its timing free
+of what other measurements left behind and makes its peak RSS its own.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+# Backends that import their library lazily inside load(); importing it before the "before load"
+# RSS reading keeps the library's own footprint out of the artifact's load cost.
+_BACKEND_LIBRARIES = {"onnxruntime": "onnxruntime", "torch": "torch", "tvm": "tvm"}
+
+
+class _ExportedModule:
+    """Makes a loaded ``torch.export`` program usable by the torch runtime.
+
+    ``ExportedProgram.module()`` refuses ``eval()``; the program was traced from a module already in
+    eval mode, so train/eval flags cannot change what it computes and are ignored here.
+    """
+
+    def __init__(self, graph_module):
+        self.graph_module = graph_module
+
+    def eval(self):
+        return self
+
+    def __call__(self, x):
+        return self.graph_module(x)
+
+
+def _load_artifact(spec: dict):
+    from compress.base import Artifact
+
+    if spec["format"] == "torch":
+        import torch
+
+        module = _ExportedModule(torch.export.load(spec["path"]).module())
+        return Artifact("torch", module=module, meta=spec.get("meta", {}))
+    return Artifact(spec["format"], path=Path(spec["path"]), meta=spec.get("meta", {}))
+
+
+def measure(workdir: Path) -> None:
+    spec = json.loads((workdir / "spec.json").read_text())
+    x = np.load(workdir / "inputs.npy")
+    library = _BACKEND_LIBRARIES.get(spec["runtime"])
+
+    from bench.latency import measure_latency
+    from bench.memory import current_rss_bytes, peak_rss_bytes
+    from models.common import write_json
+    from runtimes import get_runtime
+
+    if library is not None:
+        try:
+            importlib.import_module(library)
+        except ImportError:  # the runtime itself reports a missing library with a proper message
+            pass
+    rt = get_runtime(spec["runtime"], threads=spec["threads"], **spec.get("runtime_options", {}))
+    before = current_rss_bytes()
+    rt.load(_load_artifact(spec["artifact"]))
+    after = current_rss_bytes()
+    stats = measure_latency(rt, x, warmup=spec["warmup"], reps=spec["reps"], min_time_s=spec["min_time_s"],
+                            method=spec["method"])
+    outputs = rt.run(x).outputs
+    peak = peak_rss_bytes()
+    np.save(workdir / "outputs.npy", outputs)
+    write_json(workdir / "result.json", {
+        "latency": stats.to_dict(),
+        "memory": {"rss_before_load_bytes": before, "rss_after_load_bytes": after, "peak_rss_bytes": peak},
+    })
+
+
+def main(argv: list[str] | None = None) -> int:
+    from models.common import EdgesmithError, write_json
+
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m bench.worker WORKDIR", file=sys.stderr)
+        return 2
+    workdir = Path(argv[0])
+    try:
+        measure(workdir)
+    except EdgesmithError as e:
+        write_json(workdir / "error.json", {"problem": e.problem, "fix": e.fix})
+        print(f"EdgesmithError: {e}", file=sys.stderr)
+        return e.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

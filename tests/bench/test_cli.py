@@ -1,0 +1,149 @@
+"""The CLI's contract with users: clear one-line errors for bad input, exit status 2, nothing half-written."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.cli import main
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_user_error(code, err, *needles):
+    assert code == 2
+    assert err.startswith("edgesmith: error: ")
+    assert "Traceback" not in err
+    assert "fix:" in err  # every user error says how to fix it
+    for n in needles:
+        assert n in err
+
+
+@pytest.fixture
+def onnx_file(digits_onnx, tmp_path) -> Path:
+    p = tmp_path / "digits.onnx"
+    p.write_bytes(Path(digits_onnx.path).read_bytes())
+    return p
+
+
+def test_targets_lists_every_coefficient_with_its_source(capsys):
+    code, out, _ = run_cli(capsys, "targets", "--json")
+    assert code == 0
+    targets = {t["name"]: t for t in json.loads(out)}
+    assert {"host-cpu", "jetson-orin-nano", "loihi2"} <= set(targets)
+    for t in targets.values():
+        assert t["coefficients"], t["name"]
+        assert all(c["source"] for c in t["coefficients"])
+
+
+def test_models_and_passes_are_listed(capsys):
+    assert run_cli(capsys, "models")[1].count("digits-") >= 2
+    out = run_cli(capsys, "passes")[1]
+    for kind in ("export-onnx", "int8-qdq", "int4-weight-only", "prune-magnitude", "export-lava"):
+        assert kind in out
+
+
+def test_unknown_target_is_a_user_error(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "deploy", "digits-mlp", "--target", "tpu-v9", "--out", tmp_path / "r")
+    assert_user_error(code, err, "tpu-v9", "host-cpu")
+    assert not (tmp_path / "r").exists()
+
+
+def test_unknown_model_is_a_user_error(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "export", "resnet-9000", "--out", tmp_path / "m.onnx")
+    assert_user_error(code, err, "resnet-9000")
+
+
+def test_unknown_pass_is_a_user_error(capsys, onnx_file, tmp_path):
+    code, _, err = run_cli(capsys, "quantize", onnx_file, "--pass", "int3-magic", "--out", tmp_path / "q.onnx")
+    assert_user_error(code, err, "int3-magic")
+
+
+def test_unknown_pass_option_is_a_user_error(capsys, onnx_file, tmp_path):
+    code, _, err = run_cli(capsys, "quantize", onnx_file, "--pass", "int4-weight-only", "--option", "bitz=3",
+                           "--out", tmp_path / "q.onnx")
+    assert_user_error(code, err, "bitz")
+
+
+def test_missing_model_file_is_a_user_error(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "bench", tmp_path / "nope.onnx")
+    assert_user_error(code, err, "does not exist")
+
+
+def test_corrupt_model_file_is_a_user_error(capsys, onnx_file, tmp_path):
+    bad = tmp_path / "corrupt.onnx"
+    bad.write_bytes(onnx_file.read_bytes()[: len(onnx_file.read_bytes()) // 2])  # a truncated copy
+    code, _, err = run_cli(capsys, "quantize", bad, "--pass", "int4-weight-only", "--out", tmp_path / "q.onnx")
+    assert_user_error(code, err, "not a valid ONNX model")
+    assert not (tmp_path / "q.onnx").exists()
+
+
+@pytest.mark.parametrize("data,needle", [
+    (np.full((8, 64), np.nan, np.float32), "NaN"),
+    (np.zeros((0, 64), np.float32), "empty"),
+    (np.array([[np.inf] * 64] * 4, np.float32), "infinite"),
+])
+def test_bad_calibration_data_is_a_user_error(capsys, onnx_file, tmp_path, data, needle):
+    cal = tmp_path / "cal.npy"
+    np.save(cal, data)
+    code, _, err = run_cli(capsys, "quantize", onnx_file, "--pass", "int8-qdq", "--calibration-data", cal,
+                           "--out", tmp_path / "q.onnx")
+    assert_user_error(code, err, needle)
+    assert not (tmp_path / "q.onnx").exists()
+
+
+def test_wrong_input_shape_is_a_user_error(capsys, onnx_file):
+    code, _, err = run_cli(capsys, "bench", onnx_file, "--input-shape", "63", "--reps", "5")
+    assert_user_error(code, err, "63")
+
+
+def test_existing_output_is_not_overwritten_without_force(capsys, onnx_file, tmp_path):
+    out = tmp_path / "q.onnx"
+    out.write_text("the user's precious file")
+    code, _, err = run_cli(capsys, "quantize", onnx_file, "--pass", "int4-weight-only", "--out", out)
+    assert_user_error(code, err, "already exists", "--force")
+    assert out.read_text() == "the user's precious file"
+    code, out_text, _ = run_cli(capsys, "quantize", onnx_file, "--pass", "int4-weight-only", "--out", out, "--force")
+    assert code == 0 and out.stat().st_size > 1000
+
+
+def test_quantize_onnx_file_writes_model_and_report(capsys, onnx_file, tmp_path):
+    cal = tmp_path / "cal.npy"
+    np.save(cal, np.random.default_rng(0).random((32, 64), dtype=np.float32))
+    code, out, _ = run_cli(capsys, "quantize", onnx_file, "--pass", "int8-qdq", "--calibration-data", cal,
+                           "--option", "calibration=percentile", "--out", tmp_path / "q.onnx", "--quiet")
+    assert code == 0, out
+    report = json.loads((tmp_path / "q.onnx.report.json").read_text())
+    assert report["passes"][-1]["config"]["calibration"] == "percentile"
+    assert report["passes"][-1]["bits_per_weight"] > 8
+
+
+def test_bad_recipe_key_is_a_user_error(capsys, tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('model = "digits-mlp"\ntarget = "host-cpu"\n[plan]\ncalibrate = "minmax"\n')
+    code, _, err = run_cli(capsys, "deploy", "--recipe", recipe, "--out", tmp_path / "r")
+    assert_user_error(code, err, "calibrate")
+
+
+def test_invalid_recipe_toml_is_a_user_error(capsys, tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("model = \n")
+    code, _, err = run_cli(capsys, "deploy", "--recipe", recipe)
+    assert_user_error(code, err, "not valid TOML")
+
+
+def test_a_user_error_in_a_real_process_prints_no_traceback(tmp_path):
+    # the installed console script, as a user runs it: exit status and stderr are the contract
+    proc = subprocess.run([sys.executable, "-m", "bench.cli", "deploy", "digits-mlp", "--target", "nope",
+                           "--out", str(tmp_path / "r")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert "unknown target 'nope'" in proc.stderr

@@ -1,0 +1,86 @@
+"""End-to-end deploys: the report folder is complete, labelled honestly, and never half-written."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.deploy import DeployOptions, deploy
+from hardware import PlanOptions
+from models.common import EdgesmithError
+
+FAST = dict(warmup=2, reps=5, batch_sizes=(1,), progress=False)
+
+
+def test_host_cpu_deploy_writes_json_markdown_and_plots(tmp_path):
+    out = deploy(DeployOptions("digits-mlp", "host-cpu", tmp_path / "r",
+                               plan=PlanOptions(tvm=False, variants=("fp32", "int8", "int4")), **FAST))
+    files = {p.name for p in out.iterdir()}
+    assert {"report.json", "report.md", "latency.png", "metric_vs_size.png", "per_layer_error.png"} <= files
+    report = json.loads((out / "report.json").read_text())
+    rows = {r["variant"]: r for r in report["results"]}
+    assert set(rows) == {"fp32", "int8", "int4"}
+    ref = report["reference"]["evaluation"]["value"]
+    for r in rows.values():
+        # host latency is measured here; energy has no meter here, so it must say estimated
+        assert r["latency"]["1"]["provenance"] == "measured"
+        assert r["energy"]["provenance"] == "estimated"
+        assert abs(r["evaluation"]["value"] - ref) < 0.03
+    assert rows["fp32"]["max_abs_diff"] < 1e-4
+    assert rows["int4"]["size_bytes"] < rows["int8"]["size_bytes"] < rows["fp32"]["size_bytes"]
+    md = (out / "report.md").read_text()
+    assert "measured" in md and "estimated" in md
+
+
+def test_jetson_deploy_labels_latency_and_energy_as_estimated(tmp_path):
+    out = deploy(DeployOptions("digits-mlp", "jetson-orin-nano", tmp_path / "j", **FAST))
+    report = json.loads((out / "report.json").read_text())
+    assert report["results"]
+    for r in report["results"]:
+        assert r["latency"]["1"]["provenance"] == "estimated"
+        assert r["energy"]["provenance"] == "estimated"
+        assert r["latency"]["1"]["p50"] > 0
+
+
+def test_existing_report_folder_needs_force(tmp_path):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "keep.txt").write_text("mine")
+    with pytest.raises(EdgesmithError, match="--force"):
+        deploy(DeployOptions("digits-mlp", "host-cpu", tmp_path / "r", **FAST))
+    assert (tmp_path / "r" / "keep.txt").read_text() == "mine"
+
+
+def test_failed_deploy_leaves_no_half_written_folder(tmp_path, monkeypatch):
+    import bench.deploy as d
+
+    def boom(*a, **k):
+        raise RuntimeError("simulated crash in the middle of a deploy")
+
+    monkeypatch.setattr(d, "write_report", boom)
+    with pytest.raises(RuntimeError):
+        deploy(DeployOptions("digits-mlp", "host-cpu", tmp_path / "r",
+                             plan=PlanOptions(tvm=False, variants=("fp32",)), **FAST))
+    assert not (tmp_path / "r").exists()
+    assert list(tmp_path.iterdir()) == []  # the temporary folder is gone too
+
+
+def test_unknown_variant_is_a_user_error(tmp_path):
+    with pytest.raises(EdgesmithError, match="int2"):
+        deploy(DeployOptions("digits-mlp", "host-cpu", tmp_path / "r", plan=PlanOptions(variants=("int2",)), **FAST))
+
+
+@pytest.mark.lava
+def test_loihi2_deploy_checks_lava_against_the_bit_exact_reference(tmp_path):
+    out = deploy(DeployOptions("digits-mlp", "loihi2", tmp_path / "l", **FAST))
+    report = json.loads((out / "report.json").read_text())
+    (row,) = report["results"]
+    assert row["runtime"] == "lava"
+    assert row["bit_exact_reference"]["max_abs_diff"] == 0.0
+    assert row["bit_exact_reference"]["activity_equal"]
+    assert row["bit_exact_reference"]["n_samples"] == 360
+    assert row["activity"]["synops"] > 0 and row["activity"]["timesteps"] > 0
+    assert row["energy"]["provenance"] == "estimated" and row["latency"]["1"]["provenance"] == "estimated"
+    ref = report["reference"]["evaluation"]["value"]
+    assert abs(row["evaluation"]["value"] - ref) < 0.02
+    assert "bit-exact reference" in (out / "report.md").read_text()
