@@ -8,6 +8,8 @@
     edgesmith bench F.onnx --runtime onnxruntime --batch 1         latency in a fresh process
     edgesmith deploy MODEL --target T --out DIR                    the target's whole plan -> report folder
     edgesmith demo --out DIR               deploy digits-mlp to every target, with a summary
+    edgesmith quantize rwkv --method rwkvquant --bits 3 --out q.pth   RWKV checkpoint + report (bench.rwkv)
+    edgesmith deploy rwkv --target host-cpu --out DIR                  RWKV perplexity table + decode speed
 
 Options come from flags or from a TOML recipe (``--recipe``); flags win. User errors print one
 line (problem and fix) and exit with status 2; they never print a traceback.
@@ -163,6 +165,14 @@ def cmd_quantize(args) -> int:
     from compress import PassContext, config_from_dict, run_passes
     from compress.export_onnx import ExportOnnxConfig
 
+    if args.model == "rwkv":  # a language model with a recurrent state: its own quantizers and report
+        from bench.rwkv import quantize_rwkv_cli
+
+        quantize_rwkv_cli(args.rwkv_model, method=args.method, bits=args.bits, out=args.out,
+                          group_size=args.group_size, sq_percentile=args.sq_percentile,
+                          n_calibration=args.n_calibration, seed=args.seed, force=args.force, progress=not args.quiet,
+                          threads=args.threads)
+        return 0
     out = Path(args.out)
     report_path = out.with_suffix(out.suffix + ".report.json")
     for p in (out, report_path):
@@ -307,6 +317,13 @@ def _deploy_options(args, recipe: dict):
 def cmd_deploy(args) -> int:
     from bench.deploy import deploy
 
+    if args.model == "rwkv":  # perplexity + decode speed, not the classifier pipeline
+        from bench.rwkv import deploy_rwkv, options_from_args
+
+        print(f"report: {deploy_rwkv(options_from_args(args)) / 'report.md'}")
+        return 0
+    if args.quick:
+        raise EdgesmithError("--quick applies only to `deploy rwkv`.", "use --reps/--batch to shorten other deploys.")
     recipe = _load_recipe(args.recipe)
     opts = _deploy_options(args, recipe)
     out = deploy(opts)
@@ -377,6 +394,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sensitivity", action="store_true")
     p.add_argument("--force", action="store_true")
     p.add_argument("--quiet", action="store_true")
+    rw = p.add_argument_group("MODEL rwkv (ignored for other models)")
+    rw.add_argument("--method", help="rtn, gptq, gptvq or rwkvquant (default rwkvquant)")
+    rw.add_argument("--bits", help="3 or 4 (default 3)")
+    rw.add_argument("--rwkv-model", dest="rwkv_model", default="rwkv7-ref",
+                    help="rwkv6-ref, rwkv7-ref (default) or the path of an official-layout RWKV-6/7 .pth")
+    rw.add_argument("--group-size", dest="group_size", type=int, help="scalar-quantization group (default 64)")
+    rw.add_argument("--sq-percentile", dest="sq_percentile", type=float,
+                    help="RWKVQuant proxy threshold percentile (default 90)")
+    rw.add_argument("--threads", type=int, default=1, help="torch threads while quantizing (default 1)")
     p.set_defaults(func=cmd_quantize)
 
     p = sub.add_parser("bench", help="time an ONNX model in a runtime (fresh process)")
@@ -397,13 +423,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", nargs="?", help="model name (or set it in --recipe)")
     p.add_argument("--target", help="target name (see `edgesmith targets`)")
     _add_deploy_flags(p)
+    p.add_argument("--quick", action="store_true", help="rwkv only: one model, fewer eval bytes, small decode model")
     p.set_defaults(func=cmd_deploy)
 
     p = sub.add_parser("demo", help="deploy digits-mlp to every target and summarise")
     p.add_argument("--out", default="runs/demo")
     p.add_argument("--force", action="store_true")
     p.add_argument("--quick", action="store_true", help="fewer repetitions (for smoke tests)")
-    p.add_argument("--tvm-tune-trials", dest="tvm_tune_trials", type=int, default=16)
+    p.add_argument("--tvm-tune-trials", dest="tvm_tune_trials", type=int, default=8)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_demo)
     return ap

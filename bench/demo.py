@@ -31,7 +31,7 @@ def demo_runs(quick: bool, tune_trials: int) -> list[tuple[str, str, PlanOptions
 
 
 def run_demo(out: Path, *, force: bool = False, quick: bool = False, progress: bool = True,
-             tune_trials: int = 16) -> Path:
+             tune_trials: int = 8) -> Path:
     if out.exists() and not force:
         raise EdgesmithError(f"output folder {out} already exists.", "choose another --out or pass --force.")
     with atomic_path(out, force=force) as tmp:
