@@ -25,6 +25,7 @@ PASS_MODULES = (
     "compress.quant_int4",  # int4-weight-only
     "compress.prune",  # prune-magnitude
     "compress.export_trees",  # export-tree-onnx, export-tree-c
+    "compress.rwkvquant.rwkvquant",  # rwkv-rtn, rwkv-gptq, rwkv-gptvq, rwkvquant
 )
 
 __all__ = [

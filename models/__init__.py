@@ -9,6 +9,7 @@ from models.common import EdgesmithError
 
 PRODUCER_MODULES = (
     "models.digits",  # digits-mlp, digits-wide
+    "models.rwkv.producer",  # rwkv6-ref, rwkv7-ref
 )
 
 __all__ = ["Evaluation", "Metric", "Producer", "EdgesmithError", "get_producer", "producer_names", "register_producer"]

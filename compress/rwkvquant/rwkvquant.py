@@ -1,0 +1,305 @@
+"""One framework for RTN, GPTQ, GPTVQ and RWKVQuant on RWKV-6/7, so all compare in one run.
+
+``quantize_rwkv(model, calibration_tokens, config)`` returns a copy of the model whose block
+linears (receptance/key/value/output/gate, ffn key/receptance/value) are ``QuantLinear`` modules
+(dequantize on the fly) plus a ``PassReport``. What stays in high precision: embedding, head,
+layer norms, the LoRA matrices and decay parameters (the decay is applied recursively and is the
+most sensitive part, as llama.cpp also keeps it), and, except under RWKVQuant, the element-wise
+multiplication vectors. Calibration: Hessians H = 2/n sum x x^T of every linear's input and the
+clipped E[x^2] of every token-shift difference, from one pass of the fp model over training-split
+windows (never the evaluation split; the producer hands only training text).
+
+Methods: ``rtn`` (group-wise SQ), ``gptq`` (SQ with Hessian feedback), ``gptvq`` (VQ for every
+matrix), ``rwkvquant`` (per matrix P_c/P_f -> GPTQ or GPTVQ by percentile thresholds, plus 3-bit
+weighted codebooks for the multiplication vectors). VQ codebooks are sized so a VQ matrix costs
+about the same bits per weight as an SQ one (``vq_group_size=0``): the comparison is at matched bits.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from compress.base import Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult, register_pass
+from compress.rwkvquant.codebook import ShiftImportance, optimise_codebook, weighted_error
+from compress.rwkvquant.gptq import gptq_quantize
+from compress.rwkvquant.gptvq import gptvq_quantize
+from compress.rwkvquant.proxies import coarse_proxy, decide, fine_proxy, max_over_rms, thresholds
+from compress.rwkvquant.rtn import rtn_quantize
+from compress.rwkvquant.tensors import CODEBOOK_BITS, FP16_BITS, QuantLinear, SQTensor, VecCodebook
+from models.common import EdgesmithError
+
+METHODS = ("rtn", "gptq", "gptvq", "rwkvquant")
+PROXIES = ("paper", "max-rms")
+LINEAR_NAMES = {6: ("att.receptance", "att.key", "att.value", "att.output", "att.gate",
+                    "ffn.key", "ffn.receptance", "ffn.value"),
+                7: ("att.receptance", "att.key", "att.value", "att.output", "ffn.key", "ffn.value")}
+# element-wise multiplication vectors driven by each block's token-shift difference
+SHIFT_VECTORS = {6: {"att": ("time_maa_x", "time_maa_w", "time_maa_k", "time_maa_v", "time_maa_r", "time_maa_g"),
+                     "ffn": ("time_maa_k", "time_maa_r")},
+                 7: {"att": ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g"), "ffn": ("x_k",)}}
+
+
+@dataclass
+class RWKVQuantBase(PassConfig):
+    """Shared options. ``bits``: SQ code bits, and VQ index bits per weight. ``group_size``: SQ group.
+    ``vq_dim``: VQ vector length. ``vq_group_size``: weights per VQ codebook (0 = match SQ overhead).
+    ``sq_percentile``: RWKVQuant threshold percentile (share of layers that tends to get SQ).
+    ``proxy``: "paper" (P_c and P_f) or "max-rms" (released code's default, an ablation).
+    ``vector_bits``: codebook bits for multiplication vectors (RWKVQuant). ``n_calibration``: sequences.
+    """
+
+    kind: ClassVar[str] = ""
+    method: ClassVar[str] = ""
+
+    bits: int = 3
+    group_size: int = 64
+    vq_dim: int = 2
+    vq_group_size: int = 0
+    sq_percentile: float = 90.0
+    proxy: str = "paper"
+    max_rms_threshold: float = 8.0
+    vector_bits: int = 3
+    quantize_vectors: bool = True
+    n_calibration: int = 64
+    damp: float = 0.01
+    kmeans_iters: int = 30
+    seed: int = 0
+
+    def validate(self) -> None:
+        ints = {"bits": (2, 8), "group_size": (8, 4096), "vq_dim": (1, 4), "vq_group_size": (0, 10**7),
+                "vector_bits": (1, 8), "n_calibration": (1, 10**6), "kmeans_iters": (1, 1000), "seed": (0, 2**31)}
+        for name, (lo, hi) in ints.items():
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                self._fail(name, f"is {v!r}", f"use a whole number from {lo} to {hi}.")
+        if self.bits * self.vq_dim > 12:
+            self._fail("bits", f"x vq_dim = {self.bits * self.vq_dim} index bits", "keep bits*vq_dim <= 12 (4096 centroids).")
+        if not 0 < float(self.sq_percentile) <= 100:
+            self._fail("sq_percentile", f"is {self.sq_percentile!r}", "use a percentile in (0, 100], e.g. 90.")
+        if self.proxy not in PROXIES:
+            self._fail("proxy", f"is {self.proxy!r}", f"use one of {', '.join(PROXIES)}.")
+        if not 0 < float(self.damp) < 1:
+            self._fail("damp", f"is {self.damp!r}", "use a fraction such as 0.01.")
+        if not isinstance(self.quantize_vectors, bool):
+            self._fail("quantize_vectors", f"is {self.quantize_vectors!r}", "use true or false.")
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "method": self.method, **dataclasses.asdict(self)}
+
+    def sq_overhead_bits(self) -> float:
+        return (FP16_BITS + self.bits) / self.group_size
+
+    def vq_weights_per_codebook(self) -> int:
+        """Weights sharing one codebook; by default chosen so VQ pays the same overhead per weight as SQ."""
+        if self.vq_group_size:
+            return self.vq_group_size
+        cb_bits = 2 ** (self.bits * self.vq_dim) * self.vq_dim * CODEBOOK_BITS + 2 * FP16_BITS
+        return int(round(cb_bits / self.sq_overhead_bits()))
+
+
+@dataclass
+class RTNConfig(RWKVQuantBase):
+    kind: ClassVar[str] = "rwkv-rtn"
+    method: ClassVar[str] = "rtn"
+
+
+@dataclass
+class GPTQConfig(RWKVQuantBase):
+    kind: ClassVar[str] = "rwkv-gptq"
+    method: ClassVar[str] = "gptq"
+
+
+@dataclass
+class GPTVQConfig(RWKVQuantBase):
+    kind: ClassVar[str] = "rwkv-gptvq"
+    method: ClassVar[str] = "gptvq"
+
+
+@dataclass
+class RWKVQuantConfig(RWKVQuantBase):
+    kind: ClassVar[str] = "rwkvquant"
+    method: ClassVar[str] = "rwkvquant"
+
+
+CONFIGS = {c.method: c for c in (RTNConfig, GPTQConfig, GPTVQConfig, RWKVQuantConfig)}
+
+
+def make_config(method: str, **kw) -> RWKVQuantBase:
+    if method not in CONFIGS:
+        raise EdgesmithError(f"unknown RWKV quantization method {method!r}.", f"use one of {', '.join(METHODS)}.")
+    return CONFIGS[method](**kw)
+
+
+# --- calibration ---------------------------------------------------------------------------------
+
+def linear_modules(model: nn.Module) -> dict[str, nn.Module]:
+    version = model.cfg.version
+    out = {}
+    for i, blk in enumerate(model.blocks):
+        for rel in LINEAR_NAMES[version]:
+            part, name = rel.split(".")
+            out[f"blocks.{i}.{rel}"] = getattr(getattr(blk, part), name)
+    return out
+
+
+@torch.no_grad()
+def collect_calibration(model: nn.Module, tokens: np.ndarray, batch: int = 16):
+    """Input Hessians of every block linear and clipped shift importances, from the fp model."""
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.number):
+        raise EdgesmithError(f"calibration data has shape {tokens.shape}; expected (sequences, length) token ids.",
+                             "pass windows of training text from the producer's calibration_data().")
+    H: dict[str, torch.Tensor] = {}
+    n_rows: dict[str, int] = {}
+    imp: dict[str, ShiftImportance] = {}
+    hooks = []
+    for name, mod in linear_modules(model).items():
+        def pre(m, args, name=name):
+            x = args[0].detach().reshape(-1, args[0].shape[-1]).to(torch.float64)
+            H[name] = H.get(name, 0) + 2 * x.t() @ x
+            n_rows[name] = n_rows.get(name, 0) + x.shape[0]
+        hooks.append(mod.register_forward_pre_hook(pre))
+    for i, blk in enumerate(model.blocks):
+        for part in ("att", "ffn"):
+            key = f"blocks.{i}.{part}"
+            imp[key] = ShiftImportance()
+            hooks.append(getattr(blk, part).shift_probe.register_forward_hook(
+                lambda m, a, out, key=key: imp[key].update(out)))
+    try:
+        for i in range(0, len(tokens), batch):
+            model(torch.as_tensor(tokens[i:i + batch], dtype=torch.long))
+    finally:
+        for h in hooks:
+            h.remove()
+    return {k: H[k] / n_rows[k] for k in H}, {k: v.value() for k, v in imp.items()}
+
+
+# --- quantization ------------------------------------------------------------------------------
+
+def hessian_error(w: torch.Tensor, q: torch.Tensor, H: torch.Tensor) -> float:
+    """tr(D H D^T) / tr(W H W^T): relative expected output error of the layer on calibration inputs."""
+    w, q, H = w.to(torch.float64), q.to(torch.float64), H.to(torch.float64)
+    d = w - q
+    return float(torch.einsum("oi,ij,oj->", d, H, d) / torch.einsum("oi,ij,oj->", w, H, w).clamp(min=1e-30))
+
+
+def sqnr_db(w: torch.Tensor, q: torch.Tensor) -> float:
+    noise = float(((w - q) ** 2).sum())
+    return float("inf") if noise == 0 else 10 * np.log10(float((w**2).sum()) / noise)
+
+
+def choose_methods(weights: dict[str, torch.Tensor], config: RWKVQuantBase) -> tuple[dict, dict, dict]:
+    """Per matrix: ("sq"|"vq"), the reason, and the proxy values; plus the thresholds used."""
+    if config.method in ("rtn", "gptq"):
+        return {n: "sq" for n in weights}, {n: f"{config.method}: every matrix scalar" for n in weights}, {}
+    if config.method == "gptvq":
+        return {n: "vq" for n in weights}, {n: "gptvq: every matrix vector" for n in weights}, {}
+    if config.proxy == "max-rms":
+        vals = {n: max_over_rms(w) for n, w in weights.items()}
+        choice = {n: ("vq" if v > config.max_rms_threshold else "sq") for n, v in vals.items()}
+        why = {n: f"max/rms={v:.2f} {'>' if choice[n] == 'vq' else '<='} {config.max_rms_threshold}" for n, v in vals.items()}
+        return choice, why, {"proxy": "max-rms", "threshold": config.max_rms_threshold,
+                             "values": {n: {"max_over_rms": v} for n, v in vals.items()}}
+    pc = {n: coarse_proxy(w) for n, w in weights.items()}
+    pf = {n: fine_proxy(w) for n, w in weights.items()}
+    tau_c = thresholds(list(pc.values()), config.sq_percentile)
+    tau_f = thresholds(list(pf.values()), config.sq_percentile)
+    choice, why = {}, {}
+    for n in weights:
+        choice[n], why[n] = decide(pc[n], pf[n], tau_c, tau_f)
+    return choice, why, {"proxy": "paper", "percentile": config.sq_percentile, "tau_c": tau_c, "tau_f": tau_f,
+                         "values": {n: {"P_c": pc[n], "P_f": pf[n]} for n in weights}}
+
+
+def _set_module(model: nn.Module, dotted: str, new: nn.Module) -> None:
+    parent_name, _, attr = dotted.rpartition(".")
+    setattr(model.get_submodule(parent_name), attr, new)
+
+
+def quantize_rwkv(model: nn.Module, calibration: np.ndarray, config: RWKVQuantBase, log=None):
+    """A quantized copy of ``model`` (RWKV6/RWKV7) and the PassReport describing every decision."""
+    if not hasattr(model, "cfg") or getattr(model.cfg, "version", None) not in (6, 7):
+        raise EdgesmithError(f"RWKV quantization got a {type(model).__name__}, not an RWKV-6/7 model.",
+                             "load the model with models.rwkv.load_rwkv or an rwkv producer.")
+    model = copy.deepcopy(model).eval()
+    version = model.cfg.version
+    calib = np.asarray(calibration)[: config.n_calibration]
+    H, importance = collect_calibration(model, calib)
+    weights = {n: m.weight.detach().clone() for n, m in linear_modules(model).items()}
+    choice, why, proxy_info = choose_methods(weights, config)
+    layers, n_weights, n_bits = [], 0, 0
+    for name, w in weights.items():
+        if choice[name] == "vq":
+            q = gptvq_quantize(w, H[name], config.bits, dim=config.vq_dim, group_size=config.vq_weights_per_codebook(),
+                               damp=config.damp, iters=config.kmeans_iters, seed=config.seed)
+            label = "gptvq"
+        elif config.method == "rtn":
+            q, label = rtn_quantize(w, config.bits, config.group_size), "rtn"
+        else:
+            q, label = gptq_quantize(w, H[name], config.bits, config.group_size, damp=config.damp), "gptq"
+        deq = q.dequantize()
+        _set_module(model, name, QuantLinear(q, w.shape[1], w.shape[0]))
+        n_weights += q.n_weights
+        n_bits += q.storage_bits()
+        err = {"weight_sqnr_db": round(sqnr_db(w, deq), 3), "hessian_rel_error": hessian_error(w, deq, H[name])}
+        if proxy_info.get("values"):
+            err.update({k: round(v, 4) for k, v in proxy_info["values"][name].items()})
+        layers.append(LayerReport(name, f"quantized-{choice[name].upper()}", q.storage_bits() / q.n_weights,
+                                  q.n_weights, err, f"{label}; {why[name]}"))
+        if log:
+            log(f"{name}: {label} {q.storage_bits() / q.n_weights:.3f} bpw, H-err {err['hessian_rel_error']:.4f}")
+    vec_bits = vec_n = 0
+    vectors: dict[str, VecCodebook] = {}
+    if config.method == "rwkvquant" and config.quantize_vectors:
+        for i, blk in enumerate(model.blocks):
+            for part, names in SHIFT_VECTORS[version].items():
+                imp = importance[f"blocks.{i}.{part}"]
+                for vname in names:
+                    p = getattr(getattr(blk, part), vname)
+                    full = f"blocks.{i}.{part}.{vname}"
+                    cb = optimise_codebook(p.detach(), imp, config.vector_bits)
+                    deq = cb.dequantize()
+                    plain = optimise_codebook(p.detach(), None, config.vector_bits).dequantize()
+                    err = {"weighted_error": weighted_error(p.detach(), deq, imp),
+                           "unweighted_kmeans_weighted_error": weighted_error(p.detach(), plain, imp)}
+                    with torch.no_grad():
+                        p.copy_(deq)
+                    vectors[full] = cb
+                    vec_bits += cb.storage_bits()
+                    vec_n += cb.n_weights
+                    layers.append(LayerReport(full, "codebook", cb.storage_bits() / cb.n_weights, cb.n_weights, err,
+                                              f"{config.vector_bits}-bit codebook weighted by clipped E[x^2] of the token shift"))
+    model.quant_vectors = vectors  # what qcheckpoint saves for the vectors
+    model.quant_config = config.to_dict()
+    n_vq = sum(1 for c in choice.values() if c == "vq")
+    extra = {"method": config.method, "linear_bits_per_weight": n_bits / max(n_weights, 1),
+             "linear_weights": n_weights, "n_sq": len(choice) - n_vq, "n_vq": n_vq,
+             "vector_weights": vec_n, "vector_bits_per_weight": (vec_bits / vec_n) if vec_n else None,
+             "decision": {k: v for k, v in proxy_info.items() if k != "values"},
+             "calibration_sequences": int(len(calib)), "calibration_tokens": int(calib.size)}
+    notes = ["kept in high precision: embedding, head, layer norms, LoRA matrices, decay/bonus parameters"
+             + ("" if vectors else ", multiplication vectors")]
+    report = PassReport(config.to_dict(), "torch", "torch", 0, 0, bits_per_weight=n_bits / max(n_weights, 1),
+                        layers=layers, notes=notes, extra=extra)
+    return model, report
+
+
+@register_pass(RTNConfig)
+@register_pass(GPTQConfig)
+@register_pass(GPTVQConfig)
+@register_pass(RWKVQuantConfig)
+def _rwkv_quant_pass(artifact: Artifact, config: RWKVQuantBase, ctx: PassContext) -> PassResult:
+    calib = ctx.calibration_checked("calibration token windows (training split)")
+    qmodel, report = quantize_rwkv(artifact.module, calib, config)
+    from compress.rwkvquant.qcheckpoint import quantized_size_bytes
+
+    report.size_before_bytes = artifact.size_bytes()
+    report.size_after_bytes = quantized_size_bytes(qmodel)
+    new = Artifact("torch", module=qmodel, meta={**artifact.meta, "quantization": config.to_dict()})
+    return PassResult(new, report)

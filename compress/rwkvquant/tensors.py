@@ -1,0 +1,169 @@
+"""Quantized tensors, their exact storage cost in bits, and the dequantize-on-the-fly linear layer.
+
+Three stored forms, each a dataclass of plain tensors so it saves and reloads bit for bit:
+
+- ``SQTensor``: group-wise scalar codes (RTN, GPTQ). ``bits``-bit codes, per (row, group) an fp16
+  scale and a ``bits``-bit integer zero point: w = (q - z) * s. Integer zero points keep the
+  layout that onnxruntime's MatMulNBits runs.
+- ``VQTensor``: ``dim``-dimensional vector codes (GPTVQ). Each group of ``group_cols`` input columns
+  has a codebook of ``2**(bits*dim)`` centroids stored as 8-bit codes with an fp16 scale and
+  offset; each row's ``dim`` consecutive weights are one index.
+- ``VecCodebook``: a 1-D codebook for a per-channel vector (RWKVQuant's element-wise
+  multiplication vectors): ``bits``-bit indices into 2**bits centroids, codebook stored in 8 bit.
+
+``storage_bits()`` counts every stored bit (indices, scales, zero points, codebooks); shapes and
+method names are metadata and not counted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+FP16_BITS = 16
+CODEBOOK_BITS = 8
+
+
+def fp16_round(x: torch.Tensor) -> torch.Tensor:
+    """Round to the fp16 grid (the values are stored in fp16), returned as fp32."""
+    return x.to(torch.float16).to(torch.float32)
+
+
+def quantize_codebook(cb: torch.Tensor, bits: int = CODEBOOK_BITS) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Affine ``bits``-bit codes for a codebook (any shape): (codes uint8, fp16 scale, fp16 offset) as tensors."""
+    lo, hi = cb.min(), cb.max()
+    scale = fp16_round(torch.clamp((hi - lo) / (2**bits - 1), min=1e-8)).reshape(1)
+    lo = fp16_round(lo).reshape(1)
+    codes = torch.clamp(torch.round((cb - lo) / scale), 0, 2**bits - 1).to(torch.uint8)
+    return codes, scale, lo
+
+
+def dequantize_codebook(codes: torch.Tensor, scale: torch.Tensor, lo: torch.Tensor) -> torch.Tensor:
+    return codes.to(torch.float32) * scale.to(torch.float32) + lo.to(torch.float32)
+
+
+@dataclass
+class SQTensor:
+    codes: torch.Tensor  # uint8 (out, in)
+    scales: torch.Tensor  # fp16 (out, n_groups)
+    zeros: torch.Tensor  # uint8 (out, n_groups)
+    bits: int
+    group_size: int
+
+    kind = "sq"
+
+    def dequantize(self) -> torch.Tensor:
+        out, n_in = self.codes.shape
+        idx = torch.arange(n_in, device=self.codes.device) // self.group_size
+        s = self.scales.to(torch.float32)[:, idx]
+        z = self.zeros.to(torch.float32)[:, idx]
+        return (self.codes.to(torch.float32) - z) * s
+
+    def storage_bits(self) -> int:
+        return self.codes.numel() * self.bits + self.scales.numel() * FP16_BITS + self.zeros.numel() * self.bits
+
+    @property
+    def n_weights(self) -> int:
+        return self.codes.numel()
+
+
+@dataclass
+class VQTensor:
+    indices: torch.Tensor  # int64 (out, in // dim)
+    codebook_codes: torch.Tensor  # uint8 (n_groups, K, dim)
+    codebook_scale: torch.Tensor  # fp16 (n_groups,)
+    codebook_offset: torch.Tensor  # fp16 (n_groups,)
+    bits: int  # index bits per weight: K = 2**(bits*dim)
+    dim: int
+    group_cols: int
+
+    kind = "vq"
+
+    def codebooks(self) -> torch.Tensor:
+        return (self.codebook_codes.to(torch.float32) * self.codebook_scale.to(torch.float32)[:, None, None]
+                + self.codebook_offset.to(torch.float32)[:, None, None])
+
+    def dequantize(self) -> torch.Tensor:
+        out, n_vec = self.indices.shape
+        cbs = self.codebooks()
+        group_of_vec = (torch.arange(n_vec, device=self.indices.device) * self.dim) // self.group_cols
+        w = cbs[group_of_vec.unsqueeze(0).expand(out, -1), self.indices]  # (out, n_vec, dim)
+        return w.reshape(out, n_vec * self.dim)
+
+    def storage_bits(self) -> int:
+        n_groups, k, d = self.codebook_codes.shape
+        index_bits = self.bits * self.dim
+        return (self.indices.numel() * index_bits + n_groups * k * d * CODEBOOK_BITS
+                + n_groups * 2 * FP16_BITS)
+
+    @property
+    def n_weights(self) -> int:
+        return self.indices.numel() * self.dim
+
+
+@dataclass
+class VecCodebook:
+    indices: torch.Tensor  # uint8 (C,)
+    codebook_codes: torch.Tensor  # uint8 (K,)
+    codebook_scale: torch.Tensor  # fp16 (1,)
+    codebook_offset: torch.Tensor  # fp16 (1,)
+    bits: int
+    shape: tuple[int, ...]
+
+    kind = "vec"
+
+    def dequantize(self) -> torch.Tensor:
+        cb = dequantize_codebook(self.codebook_codes, self.codebook_scale, self.codebook_offset)
+        return cb[self.indices.long()].reshape(self.shape)
+
+    def storage_bits(self) -> int:
+        return self.indices.numel() * self.bits + self.codebook_codes.numel() * CODEBOOK_BITS + 2 * FP16_BITS
+
+    @property
+    def n_weights(self) -> int:
+        return self.indices.numel()
+
+
+QTensor = SQTensor | VQTensor
+
+
+class QuantLinear(nn.Module):
+    """A bias-free linear whose weight lives quantized and is dequantized on every call.
+
+    Keeping only the codes in the module is what lets a quantized model be saved exactly and be
+    exported to a low-bit kernel; the fp32 weight is rebuilt transiently for the matmul.
+    """
+
+    def __init__(self, q: QTensor, in_features: int, out_features: int):
+        super().__init__()
+        self.q = q
+        self.in_features, self.out_features = in_features, out_features
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.q.dequantize()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.q.dequantize().t()
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_features}->{self.out_features}, {self.q.kind}, "
+                f"{self.q.storage_bits() / self.q.n_weights:.3f} bpw")
+
+
+# --- bit packing (what the quantized checkpoint stores) ------------------------------------------
+
+def pack_bits(values: np.ndarray, bits: int) -> np.ndarray:
+    """Unsigned integers < 2**bits -> a dense little-endian bitstream of ceil(n*bits/8) bytes."""
+    v = np.asarray(values, dtype=np.int64).ravel()
+    if v.size and (v.min() < 0 or v.max() >= 2**bits):
+        raise ValueError(f"values do not fit in {bits} bits")
+    bitplanes = ((v[:, None] >> np.arange(bits)) & 1).astype(np.uint8)
+    return np.packbits(bitplanes.ravel(), bitorder="little")
+
+
+def unpack_bits(packed: np.ndarray, bits: int, n: int) -> np.ndarray:
+    flat = np.unpackbits(np.asarray(packed, dtype=np.uint8), count=n * bits, bitorder="little")
+    return (flat.reshape(n, bits).astype(np.int64) << np.arange(bits)).sum(axis=1)

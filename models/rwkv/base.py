@@ -1,0 +1,142 @@
+"""What RWKV-6 and RWKV-7 share: the size config, the recurrent state, and small helpers.
+
+The state of one sequence is three tensors, the same for both versions, so decoders, the ONNX
+export and the tests treat them alike:
+
+- ``att_x``  (L, B, C): the last input of each layer's time mix (for the token shift),
+- ``ffn_x``  (L, B, C): the last input of each layer's channel mix,
+- ``wkv``    (L, B, H, N, N): the per-head matrix state (v6: [key, value]; v7: [value, key]).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from models.common import EdgesmithError
+
+VERSIONS = (6, 7)
+LN_X_EPS = 64e-5  # 1e-5 * head_size_divisor**2 with the official divisor 8
+
+
+class RWKVState(NamedTuple):
+    att_x: torch.Tensor
+    ffn_x: torch.Tensor
+    wkv: torch.Tensor
+
+
+@dataclass
+class RWKVConfig:
+    """Sizes of an RWKV model. LoRA widths of 0 mean "the official default for this width"."""
+
+    version: int = 7
+    n_layer: int = 2
+    n_embd: int = 128
+    head_size: int = 32
+    vocab_size: int = 256
+    dim_ffn: int = 0
+    d_mix_lora: int = 0  # v6 time_maa_w1/w2
+    d_decay_lora: int = 0  # v6 time_decay_w1/w2, v7 w1/w2
+    d_aaa_lora: int = 0  # v7 a1/a2
+    d_mv_lora: int = 0  # v7 v1/v2
+    d_gate_lora: int = 0  # v7 g1/g2
+
+    def __post_init__(self):
+        self.validate()
+        self._fill_defaults()
+
+    def _fail(self, field: str, problem: str, fix: str) -> None:
+        raise EdgesmithError(f"RWKV config: {field} {problem}.", fix)
+
+    def validate(self) -> None:
+        if self.version not in VERSIONS:
+            self._fail("version", f"is {self.version!r}", "use 6 or 7.")
+        for name in ("n_layer", "n_embd", "head_size", "vocab_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                self._fail(name, f"is {v!r}", "use a positive whole number.")
+        if self.n_embd % self.head_size:
+            self._fail("n_embd", f"({self.n_embd}) is not a multiple of head_size ({self.head_size})",
+                       "pick n_embd = heads * head_size.")
+        for f in dataclasses.fields(self):
+            if f.name.startswith("d") and f.name != "version":
+                v = getattr(self, f.name)
+                if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                    self._fail(f.name, f"is {v!r}", "use 0 (official default) or a positive whole number.")
+
+    def _fill_defaults(self) -> None:
+        c = self.n_embd
+        if self.version == 6:
+            self.dim_ffn = self.dim_ffn or int(3.5 * c) // 32 * 32
+            self.d_mix_lora = self.d_mix_lora or (32 if c < 4096 else 64)
+            self.d_decay_lora = self.d_decay_lora or (64 if c < 4096 else 128)
+        else:
+            self.dim_ffn = self.dim_ffn or 4 * c
+            self.d_decay_lora = self.d_decay_lora or max(32, int(round(1.8 * c**0.5 / 32) * 32))
+            self.d_aaa_lora = self.d_aaa_lora or max(32, int(round(1.8 * c**0.5 / 32) * 32))
+            self.d_mv_lora = self.d_mv_lora or max(32, int(round(1.3 * c**0.5 / 32) * 32))
+            self.d_gate_lora = self.d_gate_lora or max(32, int(round(0.6 * c**0.8 / 32) * 32))
+
+    @property
+    def n_head(self) -> int:
+        return self.n_embd // self.head_size
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RWKVConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise EdgesmithError(f"RWKV config has unknown field(s) {', '.join(unknown)}.",
+                                 f"use only: {', '.join(sorted(names))}.")
+        return cls(**d)
+
+
+def zero_state(cfg: RWKVConfig, batch: int, device=None, dtype=torch.float32) -> RWKVState:
+    """The state before the first token: all zeros (as the official code starts)."""
+    L, C, H, N = cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.head_size
+    return RWKVState(torch.zeros(L, batch, C, device=device, dtype=dtype),
+                     torch.zeros(L, batch, C, device=device, dtype=dtype),
+                     torch.zeros(L, batch, H, N, N, device=device, dtype=dtype))
+
+
+def token_shift(x: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+    """x_{t-1} - x_t for a (B, T, C) sequence whose token before the first is ``last`` (B, C)."""
+    prev = torch.cat([last.unsqueeze(1), x[:, :-1]], dim=1)
+    return prev - x
+
+
+def group_norm_heads(y: torch.Tensor, n_head: int, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """The official ln_x: GroupNorm with one group per head over (..., C), eps 64e-5."""
+    shape = y.shape
+    out = F.group_norm(y.reshape(-1, shape[-1]), n_head, weight, bias, eps=LN_X_EPS)
+    return out.reshape(shape)
+
+
+def vec(c: int, fill: float = 0.0) -> torch.nn.Parameter:
+    """A per-channel vector in the official (1, 1, C) shape."""
+    return torch.nn.Parameter(torch.full((1, 1, c), float(fill)))
+
+
+def ratio_ramp(c: int) -> torch.Tensor:
+    """0 .. (c-1)/c over the channels, the ramp the official initialisation is built from."""
+    return torch.arange(c, dtype=torch.float32) / max(c, 1)
+
+
+def check_tokens(idx: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    if idx.dtype not in (torch.int64, torch.int32):
+        raise EdgesmithError(f"token ids have dtype {idx.dtype}.", "pass integer token ids (int64).")
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= vocab_size):
+        raise EdgesmithError(f"token ids must lie in [0, {vocab_size}) but range over "
+                             f"[{int(idx.min())}, {int(idx.max())}].", "tokenize with the model's tokenizer.")
+    return idx.long()
+
+
+def lora_init_scale(fan: int) -> float:
+    return 1.0 / math.sqrt(max(fan, 1))

@@ -1,0 +1,158 @@
+"""Load and save RWKV checkpoints in the official ``.pth`` layout (a flat dict of tensors).
+
+The key names are those of BlinkDL's training code (``emb.weight``, ``blocks.{i}.att.time_maa_x``,
+``blocks.{i}.att.r_k``, ``head.weight`` ...), which are exactly the parameter names of
+``RWKV6``/``RWKV7`` here, so a user's checkpoint loads unchanged. The version and every size are
+read from the tensors themselves; anything missing, extra, misshapen or non-finite is rejected with
+the offending key named. Per-channel vectors may come as (1, 1, C) (training checkpoints) or
+flattened (C,) (some converters); both load.
+"""
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from models.common import EdgesmithError, atomic_path
+from models.rwkv.base import RWKVConfig
+from models.rwkv.rwkv6 import RWKV6
+from models.rwkv.rwkv7 import RWKV7
+
+StateDict = dict[str, torch.Tensor]
+
+
+def model_class(version: int) -> type[nn.Module]:
+    return {6: RWKV6, 7: RWKV7}[version]
+
+
+def build_model(cfg: RWKVConfig) -> nn.Module:
+    return model_class(cfg.version)(cfg)
+
+
+def expected_shapes(cfg: RWKVConfig) -> dict[str, tuple[int, ...]]:
+    """Official key -> shape for a model of ``cfg`` (built on the meta device: no memory, no time)."""
+    with torch.device("meta"):
+        m = build_model(cfg)
+    return {k: tuple(v.shape) for k, v in m.state_dict().items()}
+
+
+def detect_version(sd: StateDict, source: str = "checkpoint") -> int:
+    if "blocks.0.att.time_maa_x" in sd:
+        return 6
+    if "blocks.0.att.x_r" in sd:
+        return 7
+    raise EdgesmithError(f"{source} is not an RWKV-6 or RWKV-7 checkpoint: it has neither "
+                         "'blocks.0.att.time_maa_x' (v6) nor 'blocks.0.att.x_r' (v7).",
+                         "pass an official RWKV-6/7 .pth file (RWKV-4/5 are not supported).")
+
+
+def _need(sd: StateDict, key: str, source: str, ndim: int | None = None) -> torch.Tensor:
+    if key not in sd:
+        raise EdgesmithError(f"{source} lacks the key '{key}'.",
+                             "use a complete official RWKV checkpoint (the file may be truncated or from another model).")
+    t = sd[key]
+    if not isinstance(t, torch.Tensor):
+        raise EdgesmithError(f"{source}: '{key}' is a {type(t).__name__}, not a tensor.", "re-save the checkpoint.")
+    if ndim is not None and t.ndim != ndim:
+        raise EdgesmithError(f"{source}: '{key}' has shape {tuple(t.shape)}, expected {ndim} dimensions.",
+                             "use an official RWKV checkpoint of the detected version.")
+    return t
+
+
+def infer_config(sd: StateDict, source: str = "checkpoint") -> RWKVConfig:
+    """Read the version and sizes from the tensors' shapes."""
+    version = detect_version(sd, source)
+    vocab, C = _need(sd, "emb.weight", source, 2).shape
+    n_layer = 0
+    while f"blocks.{n_layer}.ln1.weight" in sd:
+        n_layer += 1
+    if n_layer == 0:
+        _need(sd, "blocks.0.ln1.weight", source)
+    faaaa_key = "blocks.0.att.time_faaaa" if version == 6 else "blocks.0.att.r_k"
+    hn = _need(sd, faaaa_key, source).reshape(-1, _need(sd, faaaa_key, source).shape[-1]).shape
+    kw = dict(version=version, n_layer=n_layer, n_embd=int(C), head_size=int(hn[1]), vocab_size=int(vocab),
+              dim_ffn=int(_need(sd, "blocks.0.ffn.key.weight", source, 2).shape[0]))
+    a = "blocks.0.att."
+    if version == 6:
+        kw["d_mix_lora"] = int(_need(sd, a + "time_maa_w2", source, 3).shape[1])
+        kw["d_decay_lora"] = int(_need(sd, a + "time_decay_w1", source, 2).shape[1])
+    else:
+        for field, key in (("d_decay_lora", "w1"), ("d_aaa_lora", "a1"), ("d_mv_lora", "v1"), ("d_gate_lora", "g1")):
+            kw[field] = int(_need(sd, a + key, source, 2).shape[1])
+    try:
+        return RWKVConfig(**kw)
+    except EdgesmithError as e:
+        raise EdgesmithError(f"{source} has inconsistent sizes: {e.problem}", e.fix) from None
+
+
+def check_state_dict(sd: StateDict, cfg: RWKVConfig, source: str = "checkpoint") -> StateDict:
+    """Every expected key present with the right shape (reshaping flattened vectors), nothing extra, all finite."""
+    shapes = expected_shapes(cfg)
+    extra = sorted(set(sd) - set(shapes))
+    if extra:
+        raise EdgesmithError(f"{source} has {len(extra)} unexpected key(s), first '{extra[0]}'.",
+                             f"pass a plain RWKV-{cfg.version} checkpoint (no optimizer state or other models).")
+    out = {}
+    for key, shape in shapes.items():
+        t = _need(sd, key, source)
+        if tuple(t.shape) != shape:
+            if t.numel() == torch.Size(shape).numel() and (t.ndim == 1 or t.squeeze().ndim <= 1):
+                t = t.reshape(shape)
+            else:
+                raise EdgesmithError(f"{source}: '{key}' has shape {tuple(t.shape)} but this model needs {shape}.",
+                                     "check that every layer of the checkpoint has the same sizes.")
+        t = t.detach().to(torch.float32)
+        if not torch.isfinite(t).all():
+            raise EdgesmithError(f"{source}: '{key}' contains NaN or infinite values.",
+                                 "use an intact checkpoint (this one is corrupt or diverged in training).")
+        out[key] = t
+    return out
+
+
+def read_state_dict(path: str | os.PathLike) -> StateDict:
+    path = Path(path)
+    if not path.is_file():
+        raise EdgesmithError(f"checkpoint {path} does not exist.", "check the path.")
+    try:
+        sd = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise EdgesmithError(f"checkpoint {path} cannot be read ({first}).",
+                             "the file is truncated or not a torch .pth; copy or download it again.") from None
+    if not isinstance(sd, dict) or not all(isinstance(k, str) for k in sd):
+        raise EdgesmithError(f"checkpoint {path} holds a {type(sd).__name__}, not a dict of named tensors.",
+                             "save the model's state_dict() (official layout), not the module or a list.")
+    return sd
+
+
+def model_from_state_dict(sd: StateDict, source: str = "checkpoint") -> nn.Module:
+    cfg = infer_config(sd, source)
+    sd = check_state_dict(sd, cfg, source)
+    model = build_model(cfg)
+    model.load_state_dict(sd, strict=True)
+    return model.eval()
+
+
+def load_rwkv(path: str | os.PathLike) -> nn.Module:
+    """An official-layout RWKV-6/7 ``.pth`` file -> ``RWKV6``/``RWKV7`` in eval mode, fp32."""
+    return model_from_state_dict(read_state_dict(path), str(path))
+
+
+def official_state_dict(model: nn.Module, dtype: torch.dtype = torch.float32) -> StateDict:
+    """The model's tensors under their official names, contiguous, cast to ``dtype``."""
+    return {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
+
+
+def save_rwkv(model: nn.Module, path: str | os.PathLike, *, dtype: torch.dtype = torch.float32,
+              force: bool = False) -> Path:
+    """Write ``model`` as an official-layout ``.pth`` (atomically; an existing file needs ``force``)."""
+    if not isinstance(model, (RWKV6, RWKV7)):
+        raise EdgesmithError(f"save_rwkv got a {type(model).__name__}, not an RWKV6/RWKV7 model.",
+                             "quantized models are saved with compress.rwkvquant.qcheckpoint.save_quantized.")
+    path = Path(path)
+    with atomic_path(path, force=force) as tmp:
+        torch.save(official_state_dict(model, dtype), tmp)
+    return path

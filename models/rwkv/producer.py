@@ -1,0 +1,76 @@
+"""Producers "rwkv6-ref" and "rwkv7-ref": the shipped stdlib-text reference models.
+
+Inputs are byte-token windows (int64, shape (seq_len,)); calibration windows come from the
+training split only, evaluation is next-byte perplexity on the held-out split (lower is better).
+``build`` loads ``models/rwkv/weights/rwkv{6,7}-ref.pth``; if a user deleted them it retrains
+(``python -m models.rwkv.train --version N`` does the same from the command line).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from models.base import Evaluation, Metric, Producer, register_producer
+from models.common import EdgesmithError
+from models.rwkv.checkpoint import load_rwkv, save_rwkv
+from models.rwkv.data import load_splits, sequences
+from models.rwkv.train import TrainSettings, perplexity, reference_paths, train
+
+
+class RWKVReference(Producer):
+    version: int = 7
+    metric = Metric("perplexity", higher_is_better=False, unit="per byte")
+    seq_len: int = 128
+    eval_seq_len: int = 256
+    eval_sequences: int = 64
+
+    def __init__(self, seed: int = 0):
+        super().__init__(seed=seed)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return (self.seq_len,)
+
+    def _splits(self):
+        if not hasattr(self, "splits_"):
+            self.splits_ = load_splits()
+        return self.splits_
+
+    def build(self) -> "RWKVReference":
+        pth, _ = reference_paths(self.version)
+        if not pth.exists():
+            model, _ = train(TrainSettings(version=self.version, seed=self.seed))
+            save_rwkv(model, pth, dtype=torch.float16)
+        self.module_ = load_rwkv(pth)
+        return self
+
+    def calibration_data(self, n: int = 128) -> np.ndarray:
+        """``n`` random windows of the training split (seeded), int64 token ids."""
+        return sequences(self._splits().train, self.seq_len, n, seed=self.seed + 1)
+
+    def eval_windows(self) -> np.ndarray:
+        return sequences(self._splits().eval, self.eval_seq_len + 1, self.eval_sequences)
+
+    def evaluate(self, predict) -> Evaluation:
+        """``predict``: int64 tokens (B, T) -> logits (B, T, 256)."""
+        windows = self.eval_windows()
+        try:
+            ppl = perplexity(predict, windows)
+        except RuntimeError as e:
+            raise EdgesmithError(f"evaluating {self.name} failed: {str(e)[:200]}",
+                                 "predict must map int64 tokens (B, T) to logits (B, T, 256).") from None
+        return Evaluation(self.metric, ppl, int(windows[:, 1:].size), {"data": self._splits().fingerprint()})
+
+
+@register_producer
+class RWKV6Reference(RWKVReference):
+    name = "rwkv6-ref"
+    description = "RWKV-6, 2 layers x 128, head 32, byte LM trained here on stdlib text"
+    version = 6
+
+
+@register_producer
+class RWKV7Reference(RWKVReference):
+    name = "rwkv7-ref"
+    description = "RWKV-7, 2 layers x 128, head 32, byte LM trained here on stdlib text"
+    version = 7

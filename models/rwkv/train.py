@@ -1,0 +1,133 @@
+"""Train the small reference RWKV models on stdlib text and write them in the official layout.
+
+    python -m models.rwkv.train --version 6            # -> models/rwkv/weights/rwkv6-ref.pth (+ .json)
+    python -m models.rwkv.train --version 7 --force    # replace the shipped weights
+
+The weights are saved in fp16 (official key names, loadable by ``load_rwkv``) beside a JSON file
+with the settings, the data fingerprint, the training loss and the held-out perplexity. Training
+is seeded; with the same torch build and thread count it reproduces the same weights.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from dataclasses import dataclass, asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from models.common import EdgesmithError, seed_everything, write_json
+from models.rwkv.base import RWKVConfig
+from models.rwkv.checkpoint import build_model, save_rwkv
+from models.rwkv.data import load_splits, sequences
+
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+
+
+@dataclass
+class TrainSettings:
+    version: int = 7
+    n_layer: int = 2
+    n_embd: int = 128
+    head_size: int = 32
+    seq_len: int = 64
+    batch: int = 32
+    steps: int = 300
+    lr: float = 3e-3
+    weight_decay: float = 0.01
+    seed: int = 0
+    eval_seq_len: int = 256
+    eval_sequences: int = 64
+
+
+def reference_paths(version: int, weights_dir: Path = WEIGHTS_DIR) -> tuple[Path, Path]:
+    return weights_dir / f"rwkv{version}-ref.pth", weights_dir / f"rwkv{version}-ref.json"
+
+
+@torch.no_grad()
+def perplexity(forward, windows: np.ndarray, batch: int = 16) -> float:
+    """exp(mean next-byte cross-entropy) of ``forward`` (tokens (B, T) -> logits (B, T, V)) over windows."""
+    total, count = 0.0, 0
+    for i in range(0, len(windows), batch):
+        x = torch.from_numpy(np.ascontiguousarray(windows[i:i + batch]))
+        logits = torch.as_tensor(np.asarray(forward(x[:, :-1])))
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x[:, 1:].reshape(-1), reduction="sum")
+        total += float(loss)
+        count += x[:, 1:].numel()
+    return math.exp(total / count)
+
+
+def train(settings: TrainSettings, log=print):
+    """Train one reference model; returns (model, facts dict)."""
+    seed_everything(settings.seed)
+    splits = load_splits()
+    cfg = RWKVConfig(version=settings.version, n_layer=settings.n_layer, n_embd=settings.n_embd,
+                     head_size=settings.head_size)
+    model = build_model(cfg)
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (decay if p.ndim == 2 and ("weight" in name) and "ln" not in name else no_decay).append(p)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": settings.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=settings.lr, betas=(0.9, 0.99))
+    rng = np.random.default_rng(settings.seed)
+    t0, losses = time.perf_counter(), []
+    model.train()
+    for step in range(settings.steps):
+        lr = settings.lr * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / settings.steps)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        starts = rng.integers(0, len(splits.train) - settings.seq_len - 1, size=settings.batch)
+        x = torch.from_numpy(np.stack([splits.train[s:s + settings.seq_len + 1] for s in starts]))
+        logits, _ = model(x[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+        if step % 50 == 0 or step == settings.steps - 1:
+            log(f"step {step:4d}  loss {np.mean(losses[-50:]):.3f}  lr {lr:.2e}  {time.perf_counter() - t0:.0f}s")
+    model.eval()
+    windows = sequences(splits.eval, settings.eval_seq_len + 1, settings.eval_sequences)
+    ppl = perplexity(lambda x: model(x)[0], windows)
+    facts = {"settings": asdict(settings), "config": cfg.to_dict(), "train_seconds": time.perf_counter() - t0,
+             "final_train_loss": float(np.mean(losses[-50:])), "eval_perplexity": ppl,
+             "eval_tokens": int(windows[:, 1:].size), "data_fingerprint": splits.fingerprint(),
+             "torch": torch.__version__, "threads": torch.get_num_threads()}
+    log(f"held-out perplexity {ppl:.3f} over {facts['eval_tokens']} bytes")
+    return model, facts
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--version", type=int, choices=(6, 7), required=True)
+    ap.add_argument("--steps", type=int, default=TrainSettings.steps)
+    ap.add_argument("--n-layer", type=int, default=TrainSettings.n_layer)
+    ap.add_argument("--n-embd", type=int, default=TrainSettings.n_embd)
+    ap.add_argument("--head-size", type=int, default=TrainSettings.head_size)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1 keeps runs reproducible and polite)")
+    ap.add_argument("--out-dir", type=Path, default=WEIGHTS_DIR)
+    ap.add_argument("--force", action="store_true", help="replace existing weights")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    s = TrainSettings(version=a.version, steps=a.steps, n_layer=a.n_layer, n_embd=a.n_embd, head_size=a.head_size,
+                      seed=a.seed)
+    pth, js = reference_paths(a.version, a.out_dir)
+    if pth.exists() and not a.force:
+        raise SystemExit(f"{pth} exists; pass --force to replace it.")
+    try:
+        model, facts = train(s)
+        save_rwkv(model, pth, dtype=torch.float16, force=a.force)
+    except EdgesmithError as e:
+        raise SystemExit(str(e)) from None
+    write_json(js, facts)
+    print(f"wrote {pth} ({pth.stat().st_size / 1e6:.2f} MB) and {js}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,94 @@
+"""The RWKV quantization framework: model rewrite, decisions, exact bpw, exact save/reload, passes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from compress.base import Artifact, PassContext, apply_pass, config_from_dict
+from compress.rwkvquant import load_quantized, make_config, quantize_rwkv, save_quantized
+from compress.rwkvquant.qcheckpoint import quantized_payload
+from compress.rwkvquant.tensors import QuantLinear
+from models.common import EdgesmithError
+from models.rwkv.base import RWKVConfig
+from models.rwkv.checkpoint import build_model
+
+
+def tiny(version: int):
+    torch.manual_seed(version)
+    m = build_model(RWKVConfig(version=version, n_layer=2, n_embd=64, head_size=16)).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return m
+
+
+CALIB = np.random.default_rng(0).integers(0, 256, size=(4, 32))
+FAST = dict(kmeans_iters=5, n_calibration=4)
+
+
+@pytest.mark.parametrize("version", [6, 7])
+@pytest.mark.parametrize("method", ["rtn", "gptq", "gptvq", "rwkvquant"])
+def test_every_method_replaces_all_block_linears_and_accounts_bits_exactly(version, method):
+    m = tiny(version)
+    q, rep = quantize_rwkv(m, CALIB, make_config(method, bits=2, group_size=32, **FAST))  # 2 bits: small codebooks, fast
+    qlin = [mod for mod in q.modules() if isinstance(mod, QuantLinear)]
+    assert len(qlin) == (16 if version == 6 else 12)
+    bits = sum(mod.q.storage_bits() for mod in qlin)
+    n = sum(mod.q.n_weights for mod in qlin)
+    assert rep.bits_per_weight == pytest.approx(bits / n)
+    assert 2.0 < rep.bits_per_weight < 2.8
+    assert isinstance(m.blocks[0].att.key, torch.nn.Linear)  # the input model is untouched
+    with torch.no_grad():
+        assert torch.isfinite(q(torch.as_tensor(CALIB[:1]))[0]).all()
+
+
+def test_rwkvquant_reports_thresholds_and_a_decision_per_matrix():
+    q, rep = quantize_rwkv(tiny(7), CALIB, make_config("rwkvquant", sq_percentile=75.0, **FAST))
+    dec = rep.extra["decision"]
+    assert dec["percentile"] == 75.0 and dec["tau_c"] > 0 and dec["tau_f"] > 0
+    linears = [layer for layer in rep.layers if layer.action.startswith("quantized")]
+    assert {layer.action for layer in linears} == {"quantized-SQ", "quantized-VQ"}
+    for layer in linears:
+        assert "P_c" in layer.error and ("P_c=" in layer.reason or "P_f=" in layer.reason)
+        assert (layer.action == "quantized-SQ") == (layer.error["P_c"] < dec["tau_c"] and layer.error["P_f"] < dec["tau_f"])
+    vectors = [layer for layer in rep.layers if layer.action == "codebook"]
+    assert len(vectors) == 2 * 7
+    assert all(layer.bits_per_weight == pytest.approx(3 + (8 * 8 + 32) / 64) for layer in vectors)
+    assert len(torch.unique(q.blocks[1].att.x_k)) <= 8
+
+
+@pytest.mark.parametrize("method", ["gptq", "rwkvquant"])
+def test_quantized_checkpoint_reloads_bit_exactly(tmp_path, method):
+    q, _ = quantize_rwkv(tiny(6), CALIB, make_config(method, bits=3, group_size=32, sq_percentile=60.0, **FAST))
+    path = save_quantized(q, tmp_path / "q.pth")
+    q2 = load_quantized(path)
+    x = torch.as_tensor(CALIB[:2])
+    with torch.no_grad():
+        assert torch.equal(q(x)[0], q2(x)[0])
+    # codes are bit-packed: the file holds the counted bits plus the unquantized tensors and little else
+    counted = sum(mod.q.storage_bits() for mod in q.modules() if isinstance(mod, QuantLinear)) / 8
+    vectors = sum(cb.storage_bits() for cb in q.quant_vectors.values()) / 8
+    fp_bytes = sum(v.numel() * v.element_size() for v in quantized_payload(q)["fp"].values())
+    assert counted + vectors + fp_bytes < path.stat().st_size < counted + vectors + fp_bytes + 60_000
+
+
+def test_bad_quantized_file_is_rejected(tmp_path):
+    (tmp_path / "bad.pth").write_bytes(b"not a checkpoint")
+    with pytest.raises(EdgesmithError, match="cannot be read"):
+        load_quantized(tmp_path / "bad.pth")
+    torch.save({"format": "other"}, tmp_path / "other.pth")
+    with pytest.raises(EdgesmithError, match="not an edgesmith quantized RWKV"):
+        load_quantized(tmp_path / "other.pth")
+
+
+def test_pass_registration_round_trips_and_runs():
+    cfg = config_from_dict({"kind": "rwkvquant", "bits": 4, "kmeans_iters": 5, "n_calibration": 4})
+    assert cfg.to_dict()["method"] == "rwkvquant"
+    with pytest.raises(EdgesmithError, match="bits"):
+        config_from_dict({"kind": "rwkv-gptq", "bits": 1})
+    m = tiny(7)
+    res = apply_pass(Artifact("torch", module=m), config_from_dict({"kind": "rwkv-gptq", "n_calibration": 4}),
+                     PassContext(workdir=__import__("pathlib").Path("/tmp"), calibration=CALIB))
+    assert res.report.size_after_bytes < res.report.size_before_bytes
+    assert res.artifact.meta["passes"] == ["rwkv-gptq"]

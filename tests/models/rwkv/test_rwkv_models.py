@@ -1,0 +1,60 @@
+"""RWKV-6/7: the parallel (chunked / sequence) form and the recurrent step give the same logits."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from models.common import EdgesmithError
+from models.rwkv.base import RWKVConfig
+from models.rwkv.rwkv6 import wkv6_chunked, wkv6_recurrent
+
+
+@pytest.mark.parametrize("version", [6, 7])
+def test_step_form_equals_parallel_form_logits_and_state(version, random_rwkv):
+    m = random_rwkv(version)
+    idx = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        par, par_state = m(idx)
+        st, outs = m.zero_state(2), []
+        for t in range(idx.shape[1]):
+            logits, st = m.step(idx[:, t], st)
+            outs.append(logits)
+    step = torch.stack(outs, dim=1)
+    assert torch.allclose(par, step, atol=1e-4, rtol=1e-4), (par - step).abs().max()
+    for a, b in zip(par_state, st):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("version", [6, 7])
+def test_parallel_form_continues_from_a_carried_state(version, random_rwkv):
+    m = random_rwkv(version, seed=2)
+    idx = torch.randint(0, 256, (1, 37), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        whole, _ = m(idx)
+        first, st = m(idx[:, :20])
+        second, _ = m(idx[:, 20:], st)
+    assert torch.allclose(whole, torch.cat([first, second], dim=1), atol=1e-4, rtol=1e-4)
+
+
+def test_wkv6_chunked_matches_recurrent_with_strong_decays():
+    # log-decays of -20 per step would overflow a cumulative-product chunked form in fp32
+    g = torch.Generator().manual_seed(0)
+    B, T, H, N = 2, 45, 3, 8
+    r, k, v = (torch.randn(B, T, H, N, generator=g) for _ in range(3))
+    logw = -torch.exp(torch.randn(B, T, H, N, generator=g) * 2 + 1)
+    u, S = torch.randn(H, N, generator=g), torch.randn(B, H, N, N, generator=g)
+    y1, s1 = wkv6_recurrent(r, k, v, logw, u, S)
+    y2, s2 = wkv6_chunked(r, k, v, logw, u, S, chunk=16)
+    assert torch.isfinite(y2).all()
+    assert torch.allclose(y1, y2, atol=1e-4, rtol=1e-4) and torch.allclose(s1, s2, atol=1e-4, rtol=1e-4)
+
+
+def test_out_of_vocabulary_tokens_are_rejected_clearly(random_rwkv):
+    m = random_rwkv(7)
+    with pytest.raises(EdgesmithError, match="token ids must lie in"):
+        m(torch.tensor([[0, 300]]))
+
+
+def test_config_rejects_width_not_divisible_by_head_size():
+    with pytest.raises(EdgesmithError, match="multiple of head_size"):
+        RWKVConfig(version=6, n_embd=100, head_size=32)
