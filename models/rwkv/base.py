@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from models.common import EdgesmithError
 
@@ -140,3 +141,74 @@ def check_tokens(idx: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 def lora_init_scale(fan: int) -> float:
     return 1.0 / math.sqrt(max(fan, 1))
+
+
+class RWKVBlock(nn.Module):
+    """One layer with the official key names: ln0 (layer 0 only), ln1, ln2, att (time mix), ffn (channel mix)."""
+
+    def __init__(self, cfg: RWKVConfig, layer_id: int, time_mix: type[nn.Module], channel_mix: type[nn.Module]):
+        super().__init__()
+        C = cfg.n_embd
+        if layer_id == 0:
+            self.ln0 = nn.LayerNorm(C)
+        self.ln1 = nn.LayerNorm(C)
+        self.ln2 = nn.LayerNorm(C)
+        self.att = time_mix(cfg, layer_id)
+        self.ffn = channel_mix(cfg, layer_id)
+
+
+class RWKVModel(nn.Module):
+    """What both versions' language models share: embedding, blocks, head, the layer loop, the step form.
+
+    Subclasses set ``version``, ``time_mix`` and ``channel_mix`` and say, in ``_time_mix``, how a layer's
+    time mix is called (RWKV-7 threads the first layer's values through every layer as ``carry``).
+    ``forward(idx, state)`` -> (logits (B, T, V), new state).
+    """
+
+    version: int
+    time_mix: type[nn.Module]
+    channel_mix: type[nn.Module]
+
+    def __init__(self, cfg: RWKVConfig):
+        super().__init__()
+        if cfg.version != self.version:
+            raise ValueError(f"{type(self).__name__} needs a version-{self.version} config")
+        self.cfg = cfg
+        self.emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        nn.init.uniform_(self.emb.weight, -1e-4, 1e-4)
+        self.blocks = nn.ModuleList(RWKVBlock(cfg, i, self.time_mix, self.channel_mix) for i in range(cfg.n_layer))
+        self.ln_out = nn.LayerNorm(cfg.n_embd)
+        self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        for blk in self.blocks:  # zero output projections: each block starts as the identity (official init)
+            nn.init.zeros_(blk.att.output.weight)
+            nn.init.zeros_(blk.ffn.value.weight)
+
+    def zero_state(self, batch: int) -> RWKVState:
+        return zero_state(self.cfg, batch, device=self.emb.weight.device)
+
+    def _time_mix(self, att: nn.Module, x, last_x, wkv, recurrent: bool, carry):
+        """Run one time mix; returns (dx, last input, new wkv state, carry for the next layer)."""
+        raise NotImplementedError
+
+    def forward(self, idx: torch.Tensor, state: RWKVState | None = None, recurrent: bool = False):
+        idx = check_tokens(idx, self.cfg.vocab_size)
+        x = self.emb(idx)
+        if state is None:
+            state = self.zero_state(idx.shape[0])
+        att_x, ffn_x, wkv = [], [], []
+        carry = None
+        for i, blk in enumerate(self.blocks):
+            if i == 0:
+                x = blk.ln0(x)
+            dx, ax, S, carry = self._time_mix(blk.att, blk.ln1(x), state.att_x[i], state.wkv[i], recurrent, carry)
+            x = x + dx
+            dx, fx = blk.ffn(blk.ln2(x), state.ffn_x[i])
+            x = x + dx
+            att_x.append(ax), ffn_x.append(fx), wkv.append(S)
+        logits = self.head(self.ln_out(x))
+        return logits, RWKVState(torch.stack(att_x), torch.stack(ffn_x), torch.stack(wkv))
+
+    def step(self, token: torch.Tensor, state: RWKVState):
+        """One token per sequence: token (B,) -> logits (B, V), new state. The decoding form."""
+        logits, state = self.forward(token.view(-1, 1), state, recurrent=True)
+        return logits[:, 0], state

@@ -21,8 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.rwkv.base import (RWKVConfig, RWKVState, check_tokens, group_norm_heads, ratio_ramp, token_shift,
-                              zero_state)
+from models.rwkv.base import RWKVConfig, RWKVModel, group_norm_heads, ratio_ramp, token_shift
 
 
 def wkv7_scan(r, logw, k, v, kk, a, S):
@@ -115,59 +114,15 @@ class ChannelMix7(nn.Module):
         return self.value(k), x[:, -1]
 
 
-class Block7(nn.Module):
-    def __init__(self, cfg: RWKVConfig, layer_id: int):
-        super().__init__()
-        C = cfg.n_embd
-        if layer_id == 0:
-            self.ln0 = nn.LayerNorm(C)
-        self.ln1 = nn.LayerNorm(C)
-        self.ln2 = nn.LayerNorm(C)
-        self.att = TimeMix7(cfg, layer_id)
-        self.ffn = ChannelMix7(cfg, layer_id)
+class RWKV7(RWKVModel):
+    """RWKV-7 language model. ``forward(idx, state)`` -> (logits (B, T, V), new state).
 
-
-class RWKV7(nn.Module):
-    """RWKV-7 language model. ``forward(idx, state)`` -> (logits (B, T, V), new state)."""
+    ``carry`` is v_first, the first layer's values, mixed into every later layer (value residual).
+    """
 
     version = 7
+    time_mix = TimeMix7
+    channel_mix = ChannelMix7
 
-    def __init__(self, cfg: RWKVConfig):
-        super().__init__()
-        if cfg.version != 7:
-            raise ValueError("RWKV7 needs a version-7 config")
-        self.cfg = cfg
-        self.emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
-        nn.init.uniform_(self.emb.weight, -1e-4, 1e-4)
-        self.blocks = nn.ModuleList(Block7(cfg, i) for i in range(cfg.n_layer))
-        self.ln_out = nn.LayerNorm(cfg.n_embd)
-        self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
-        for blk in self.blocks:  # zero output projections: each block starts as the identity (official init)
-            nn.init.zeros_(blk.att.output.weight)
-            nn.init.zeros_(blk.ffn.value.weight)
-
-    def zero_state(self, batch: int) -> RWKVState:
-        return zero_state(self.cfg, batch, device=self.emb.weight.device)
-
-    def forward(self, idx: torch.Tensor, state: RWKVState | None = None, recurrent: bool = False):
-        idx = check_tokens(idx, self.cfg.vocab_size)
-        x = self.emb(idx)
-        if state is None:
-            state = self.zero_state(idx.shape[0])
-        att_x, ffn_x, wkv = [], [], []
-        v_first = None
-        for i, blk in enumerate(self.blocks):
-            if i == 0:
-                x = blk.ln0(x)
-            dx, ax, S, v_first = blk.att(blk.ln1(x), state.att_x[i], state.wkv[i], v_first)
-            x = x + dx
-            dx, fx = blk.ffn(blk.ln2(x), state.ffn_x[i])
-            x = x + dx
-            att_x.append(ax), ffn_x.append(fx), wkv.append(S)
-        logits = self.head(self.ln_out(x))
-        return logits, RWKVState(torch.stack(att_x), torch.stack(ffn_x), torch.stack(wkv))
-
-    def step(self, token: torch.Tensor, state: RWKVState):
-        """One token per sequence: token (B,) -> logits (B, V), new state. The decoding form."""
-        logits, state = self.forward(token.view(-1, 1), state)
-        return logits[:, 0], state
+    def _time_mix(self, att, x, last_x, wkv, recurrent, carry):
+        return att(x, last_x, wkv, carry)
