@@ -217,13 +217,14 @@ def cmd_quantize(args) -> int:
             shutil.copyfile(result.path, tmp)
         write_json(report_path, {"input": args.model, "output": str(out), "passes": [r.to_dict() for r in reports]},
                    force=args.force)
-    final = reports[-1]
+    final = next(r for r in reports if r.config["kind"] == config.kind)  # the user's pass, not the export
     print(f"wrote {out} ({final.size_before_bytes:,} -> {final.size_after_bytes:,} bytes"
           + (f", {final.bits_per_weight:.2f} bits/weight" if final.bits_per_weight else "") + f"); report {report_path}")
     if producer is not None:
+        from compress import Artifact
         from runtimes import get_runtime
 
-        rt = get_runtime("onnxruntime").load(result)
+        rt = get_runtime("onnxruntime").load(Artifact("onnx", path=out, meta=dict(result.meta)))
         ev = producer.evaluate(lambda x: rt.run(x).outputs)
         print(f"{ev.metric.name} ({ev.n_samples} held-out samples): {ev.value:.4f}")
     return 0

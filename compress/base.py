@@ -209,7 +209,8 @@ class PassContext:
 
     def calibration_checked(self, what: str = "calibration data") -> np.ndarray:
         if self.calibration is None:
-            raise EdgesmithError(f"this pass needs {what} but none was given.", "pass calibration samples.")
+            raise EdgesmithError(f"this pass needs {what} but none was given.",
+                                 "pass --calibration-data FILE.npy (CLI) or PassContext(calibration=...) (API).")
         return check_finite_array(self.calibration, what)
 
 

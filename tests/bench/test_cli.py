@@ -147,3 +147,21 @@ def test_a_user_error_in_a_real_process_prints_no_traceback(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "unknown target 'nope'" in proc.stderr
+
+
+def test_static_int8_of_an_onnx_file_without_calibration_data_says_how_to_give_it(capsys, onnx_file, tmp_path):
+    code, _, err = run_cli(capsys, "quantize", onnx_file, "--pass", "int8-qdq", "--out", tmp_path / "q.onnx")
+    assert_user_error(code, err, "--calibration-data")
+    assert not (tmp_path / "q.onnx").exists()
+
+
+def test_prune_of_a_producer_model_exports_the_pruned_model_to_onnx(capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "quantize", "digits-mlp", "--pass", "prune-magnitude", "--option", "sparsity=0.5",
+                           "--out", tmp_path / "p.onnx", "--quiet")
+    assert code == 0, out
+    import onnx
+    from onnx import numpy_helper
+
+    weights = [numpy_helper.to_array(t) for t in onnx.load(str(tmp_path / "p.onnx")).graph.initializer if t.dims and len(t.dims) == 2]
+    zeros = sum(int((w == 0).sum()) for w in weights) / sum(w.size for w in weights)
+    assert 0.49 < zeros < 0.51
