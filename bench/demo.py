@@ -7,14 +7,13 @@ one report folder per deploy and a summary page.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from bench.deploy import DeployOptions, deploy
 from bench.report import _fmt_j, _fmt_s
 from hardware import PlanOptions
 from models.common import EdgesmithError, atomic_path, write_json
-
-import json
 
 
 def demo_runs(quick: bool, tune_trials: int) -> list[tuple[str, str, PlanOptions, dict]]:
@@ -83,8 +82,9 @@ def render_summary(reports: list[dict]) -> str:
         lines.append("")
         ratios = _int8_ratios(rep)
         if ratios:
-            lines += [f"int8 / fp32 p50 latency ratio (onnxruntime, measured): "
-                      + ", ".join(f"batch {b}: {v:.2f} ({1 / v:.2f}x {'faster' if v < 1 else 'slower'})"
+            lines += ["int8 / fp32 p50 latency ratio (onnxruntime, measured): "
+                      + ", ".join(f"batch {b}: {v:.2f} (int8 "
+                                  + (f"{1 / v:.2f}x faster)" if v < 1 else f"{v:.2f}x slower)")
                                   for b, v in ratios.items()), ""]
     return "\n".join(lines) + "\n"
 
