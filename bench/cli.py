@@ -90,7 +90,6 @@ def cmd_models(args) -> int:
 
 
 def cmd_passes(args) -> int:
-    import compress  # noqa: F401  (registers the passes)
     from compress.base import pass_config_type, pass_kinds
 
     for k in pass_kinds():

@@ -54,7 +54,7 @@ def render_markdown(report: dict) -> str:
         f"- reference: torch fp32, {metric} = {ref['evaluation']['value']:.4f} on {ref['evaluation']['n_samples']} held-out samples",
         f"- latency: **{report['plan']['latency_provenance']}**"
         + (" (" + report["latency_method"] + ")" if report.get("latency_method") else ""),
-        f"- energy: see the provenance column; coefficients and sources are in report.json under `target`",
+        "- energy: see the provenance column; coefficients and sources are listed at the end of this page",
         "",
         "## Results",
         "",
