@@ -25,7 +25,7 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from models.common import EdgesmithError, check_finite_array
+from models.common import EdgesmithError, check_finite_array, import_modules
 
 # --- artifacts -----------------------------------------------------------------------------------
 
@@ -102,12 +102,9 @@ class PassConfig:
 
 
 def _import_passes() -> None:
-    import importlib
-
     import compress
 
-    for module in compress.PASS_MODULES:
-        importlib.import_module(module)
+    import_modules(compress.PASS_MODULES)
 
 
 def config_from_dict(d: dict) -> PassConfig:

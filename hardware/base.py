@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
 from compress.base import PassConfig
-from models.common import EdgesmithError
+from models.common import EdgesmithError, import_modules
 
 
 @dataclass(frozen=True)
@@ -189,11 +189,19 @@ def register_target(cls: type[Target]) -> type[Target]:
     return cls
 
 
+def _import_targets() -> None:
+    import hardware
+
+    import_modules(hardware.TARGET_MODULES)
+
+
 def target_names() -> list[str]:
+    _import_targets()
     return sorted(_TARGETS)
 
 
 def get_target(name: str) -> Target:
+    _import_targets()
     try:
         return _TARGETS[name]()
     except KeyError:

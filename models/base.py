@@ -13,7 +13,7 @@ from typing import Callable, ClassVar
 
 import numpy as np
 
-from models.common import EdgesmithError
+from models.common import EdgesmithError, import_modules
 
 PredictFn = Callable[[np.ndarray], np.ndarray]
 
@@ -116,12 +116,9 @@ def register_producer(cls: type[Producer]) -> type[Producer]:
 
 
 def _import_producers() -> None:
-    import importlib
-
     import models
 
-    for module in models.PRODUCER_MODULES:
-        importlib.import_module(module)
+    import_modules(models.PRODUCER_MODULES)
 
 
 def producer_names() -> list[str]:

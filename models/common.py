@@ -31,6 +31,14 @@ class EdgesmithError(Exception):
         super().__init__(problem if not fix else f"{problem} Fix: {fix}")
 
 
+def import_modules(names) -> None:
+    """Import each named module once: how the registries load their entries on first use."""
+    import importlib
+
+    for name in names:
+        importlib.import_module(name)
+
+
 def seed_everything(seed: int) -> np.random.Generator:
     """Seed Python, NumPy and torch (if imported) and return a NumPy generator for local use."""
     random.seed(seed)

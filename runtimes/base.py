@@ -17,7 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from compress.base import Artifact
-from models.common import EdgesmithError
+from models.common import EdgesmithError, import_modules
 
 
 @dataclass
@@ -102,13 +102,11 @@ def runtime_names() -> list[str]:
 
 
 def get_runtime(name: str, **options) -> Runtime:
-    import importlib
-
     import runtimes
 
     if name not in runtimes.RUNTIME_MODULES:
         raise EdgesmithError(f"unknown runtime {name!r}.", f"use one of: {', '.join(runtime_names())}.")
-    importlib.import_module(runtimes.RUNTIME_MODULES[name])
+    import_modules([runtimes.RUNTIME_MODULES[name]])
     cls = _RUNTIMES[name]
     ok, why = cls.available()
     if not ok:
