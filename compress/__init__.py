@@ -24,6 +24,7 @@ PASS_MODULES = (
     "compress.quant_int8",  # int8-qdq
     "compress.quant_int4",  # int4-weight-only
     "compress.prune",  # prune-magnitude
+    "compress.export_trees",  # export-tree-onnx, export-tree-c
     "compress.rwkvquant.rwkvquant",  # rwkv-rtn, rwkv-gptq, rwkv-gptvq, rwkvquant
 )
 

@@ -9,6 +9,7 @@ from models.common import EdgesmithError
 
 PRODUCER_MODULES = (
     "models.digits",  # digits-mlp, digits-wide
+    "models.gbrl.producer",  # gbrl-cartpole
     "models.rwkv.producer",  # rwkv6-ref, rwkv7-ref
 )
 

@@ -11,6 +11,8 @@ RUNTIME_MODULES = {
     "tvm": "runtimes.tvm_rt",
     "lava": "runtimes.lava_rt",
     "sigma-delta-ref": "runtimes.sigma_delta_rt",
+    "c": "runtimes.c_rt",
+    "trees": "runtimes.trees_rt",
 }
 
 __all__ = ["RunResult", "Runtime", "get_runtime", "register_runtime", "runtime_names"]
