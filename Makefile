@@ -33,6 +33,7 @@ test: setup
 	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
 
 benchmark: setup
+	$(VENV)/bin/python -m pip install -q -e '.[test,peer]' 'numpy<2'
 	$(VENV)/bin/python -m pytest -q bench/benchmarks --benchmark-only --benchmark-columns=min,median,mean,stddev,rounds
 
 clean-cache:
