@@ -4,14 +4,21 @@
 linears (receptance/key/value/output/gate, ffn key/receptance/value) are ``QuantLinear`` modules
 (dequantize on the fly) plus a ``PassReport``. What stays in high precision: embedding, head,
 layer norms, the LoRA matrices and decay parameters (the decay is applied recursively and is the
-most sensitive part, as llama.cpp also keeps it), and, except under RWKVQuant, the element-wise
-multiplication vectors. Calibration: Hessians H = 2/n sum x x^T of every linear's input and the
-clipped E[x^2] of every token-shift difference, from one pass of the fp model over training-split
-windows (never the evaluation split; the producer hands only training text).
+most sensitive part, as llama.cpp also keeps it). The element-wise multiplication (token-shift mix)
+vectors are treated alike by every method: kept fp (``quantize_vectors=False``) or, by default,
+``vector_bits`` 1-D codebooks, plain (unweighted) k-means for the baselines and the
+importance-weighted codebook for RWKVQuant (its codebook optimisation is then the only
+difference). Calibration: Hessians H = 2/n sum x x^T of every linear's own input and the clipped
+E[x^2] of every token-shift difference, from one pass of the fp model over training-split windows
+(never the evaluation split; the producer hands only training text). The pass is not
+block-sequential (the released RWKVQuant code feeds each block the quantized previous blocks'
+outputs) but it is the same for every method, so all compare on equal Hessians.
 
 Methods: ``rtn`` (group-wise SQ), ``gptq`` (SQ with Hessian feedback), ``gptvq`` (VQ for every
-matrix), ``rwkvquant`` (per matrix P_c/P_f -> GPTQ or GPTVQ by percentile thresholds, plus 3-bit
-weighted codebooks for the multiplication vectors). VQ codebooks are sized so a VQ matrix costs
+matrix), ``rwkvquant`` (per matrix P_c/P_f -> GPTQ or GPTVQ by percentile thresholds, plus
+weighted codebooks for the multiplication vectors). RWKVQuant's SQ and VQ matrices go through the
+very same ``gptq_quantize`` / ``gptvq_quantize`` calls as the GPTQ and GPTVQ baselines, so per
+matrix it differs from them only by the decision. VQ codebooks are sized so a VQ matrix costs
 about the same bits per weight as an SQ one (``vq_group_size=0``): the comparison is at matched bits.
 """
 from __future__ import annotations
@@ -51,7 +58,8 @@ class RWKVQuantBase(PassConfig):
     ``vq_dim``: VQ vector length. ``vq_group_size``: weights per VQ codebook (0 = match SQ overhead).
     ``sq_percentile``: RWKVQuant threshold percentile (share of layers that tends to get SQ).
     ``proxy``: "paper" (P_c and P_f) or "max-rms" (released code's default, an ablation).
-    ``vector_bits``: codebook bits for multiplication vectors (RWKVQuant). ``n_calibration``: sequences.
+    ``quantize_vectors``: codebook-quantize the multiplication vectors (every method; False keeps them fp).
+    ``vector_bits``: their codebook bits. ``n_calibration``: sequences.
     """
 
     kind: ClassVar[str] = ""
@@ -222,8 +230,43 @@ def _set_module(model: nn.Module, dotted: str, new: nn.Module) -> None:
     setattr(model.get_submodule(parent_name), attr, new)
 
 
-def quantize_rwkv(model: nn.Module, calibration: np.ndarray, config: RWKVQuantBase, log=None):
-    """A quantized copy of ``model`` (RWKV6/RWKV7) and the PassReport describing every decision."""
+def quantize_matrix(name: str, w: torch.Tensor, H: torch.Tensor, choice: str, config: RWKVQuantBase,
+                    cache: dict | None = None):
+    """(quantized tensor, label) of one matrix: GPTVQ for "vq", else RTN (method rtn) or GPTQ.
+
+    The one place every method quantizes a matrix, so RWKVQuant's SQ/VQ matrices are exactly the
+    GPTQ/GPTVQ baselines' ones. ``cache`` (optional) keeps results across calls that share the model
+    and calibration data; the key holds every setting the result depends on.
+    """
+    if choice == "vq":
+        label = "gptvq"
+        key = (name, label, config.bits, config.vq_dim, config.vq_weights_per_codebook(), config.damp,
+               config.kmeans_iters, config.seed)
+    else:
+        label = "rtn" if config.method == "rtn" else "gptq"
+        key = (name, label, config.bits, config.group_size, config.damp)
+    if cache is not None and key in cache:
+        return cache[key], label
+    if label == "gptvq":
+        q = gptvq_quantize(w, H, config.bits, dim=config.vq_dim, group_size=config.vq_weights_per_codebook(),
+                           damp=config.damp, iters=config.kmeans_iters, seed=config.seed)
+    elif label == "rtn":
+        q = rtn_quantize(w, config.bits, config.group_size)
+    else:
+        q = gptq_quantize(w, H, config.bits, config.group_size, damp=config.damp)
+    if cache is not None:
+        cache[key] = q
+    return q, label
+
+
+def quantize_rwkv(model: nn.Module, calibration: np.ndarray, config: RWKVQuantBase, log=None, *,
+                  cache: dict | None = None):
+    """A quantized copy of ``model`` (RWKV6/RWKV7) and the PassReport describing every decision.
+
+    Calibration is one pass of the fp model (not block-sequential) for every method alike, so a
+    matrix's Hessian does not depend on the method and ``cache`` (a dict shared by calls on the same
+    model and calibration data, e.g. a table's runs) can reuse per-matrix results.
+    """
     if not hasattr(model, "cfg") or getattr(model.cfg, "version", None) not in (6, 7):
         raise EdgesmithError(f"RWKV quantization got a {type(model).__name__}, not an RWKV-6/7 model.",
                              "load the model with models.rwkv.load_rwkv or an rwkv producer.")
@@ -235,14 +278,7 @@ def quantize_rwkv(model: nn.Module, calibration: np.ndarray, config: RWKVQuantBa
     choice, why, proxy_info = choose_methods(weights, config)
     layers, n_weights, n_bits = [], 0, 0
     for name, w in weights.items():
-        if choice[name] == "vq":
-            q = gptvq_quantize(w, H[name], config.bits, dim=config.vq_dim, group_size=config.vq_weights_per_codebook(),
-                               damp=config.damp, iters=config.kmeans_iters, seed=config.seed)
-            label = "gptvq"
-        elif config.method == "rtn":
-            q, label = rtn_quantize(w, config.bits, config.group_size), "rtn"
-        else:
-            q, label = gptq_quantize(w, H[name], config.bits, config.group_size, damp=config.damp), "gptq"
+        q, label = quantize_matrix(name, w, H[name], choice[name], config, cache)
         deq = q.dequantize()
         _set_module(model, name, QuantLinear(q, w.shape[1], w.shape[0]))
         n_weights += q.n_weights
@@ -256,25 +292,30 @@ def quantize_rwkv(model: nn.Module, calibration: np.ndarray, config: RWKVQuantBa
             log(f"{name}: {label} {q.storage_bits() / q.n_weights:.3f} bpw, H-err {err['hessian_rel_error']:.4f}")
     vec_bits = vec_n = 0
     vectors: dict[str, VecCodebook] = {}
-    if config.method == "rwkvquant" and config.quantize_vectors:
+    if config.quantize_vectors:  # every method, so the table compares like with like
+        weighted = config.method == "rwkvquant"
         for i, blk in enumerate(model.blocks):
             for part, names in SHIFT_VECTORS[version].items():
                 imp = importance[f"blocks.{i}.{part}"]
                 for vname in names:
                     p = getattr(getattr(blk, part), vname)
                     full = f"blocks.{i}.{part}.{vname}"
-                    cb = optimise_codebook(p.detach(), imp, config.vector_bits)
-                    deq = cb.dequantize()
-                    plain = optimise_codebook(p.detach(), None, config.vector_bits).dequantize()
-                    err = {"weighted_error": weighted_error(p.detach(), deq, imp),
-                           "unweighted_kmeans_weighted_error": weighted_error(p.detach(), plain, imp)}
+                    mine = optimise_codebook(p.detach(), imp if weighted else None, config.vector_bits)
+                    other = optimise_codebook(p.detach(), None if weighted else imp, config.vector_bits)
+                    deq = mine.dequantize()
+                    w_err = weighted_error(p.detach(), deq, imp)
+                    o_err = weighted_error(p.detach(), other.dequantize(), imp)
+                    err = ({"weighted_error": w_err, "unweighted_kmeans_weighted_error": o_err} if weighted
+                           else {"weighted_error": w_err, "rwkvquant_codebook_weighted_error": o_err})
                     with torch.no_grad():
                         p.copy_(deq)
-                    vectors[full] = cb
-                    vec_bits += cb.storage_bits()
-                    vec_n += cb.n_weights
-                    layers.append(LayerReport(full, "codebook", cb.storage_bits() / cb.n_weights, cb.n_weights, err,
-                                              f"{config.vector_bits}-bit codebook weighted by clipped E[x^2] of the token shift"))
+                    vectors[full] = mine
+                    vec_bits += mine.storage_bits()
+                    vec_n += mine.n_weights
+                    how = ("codebook weighted by clipped E[x^2] of the token shift (RWKVQuant)" if weighted
+                           else "plain k-means codebook (the baselines' scheme for the vectors)")
+                    layers.append(LayerReport(full, "codebook", mine.storage_bits() / mine.n_weights, mine.n_weights,
+                                              err, f"{config.vector_bits}-bit {how}"))
     model.quant_vectors = vectors  # what qcheckpoint saves for the vectors
     model.quant_config = config.to_dict()
     n_vq = sum(1 for c in choice.values() if c == "vq")

@@ -5,6 +5,10 @@ split is fixed by file name: a file goes to the evaluation split when crc32 of i
 is divisible by ``EVAL_MODULUS``, so the split never depends on file order, and calibration (which
 reads only the training split) can never see evaluation text. Only top-level stdlib modules are
 read (sorted, capped in bytes) to keep loading fast and the corpus stable across machines.
+
+A third, validation split (``load_validation``) is for choosing settings (e.g. RWKVQuant's
+threshold) without touching the evaluation split: the non-evaluation files that come after the
+training cap in name order, so neither training nor evaluation ever read them.
 """
 from __future__ import annotations
 
@@ -92,3 +96,28 @@ def sequences(tokens: np.ndarray, seq_len: int, n: int | None = None, *, seed: i
     rng = np.random.default_rng(seed)
     starts = rng.integers(0, len(tokens) - seq_len, size=n or 1)
     return np.stack([tokens[s:s + seq_len] for s in starts])
+
+
+def load_validation(max_bytes: int = 300_000, *, max_train_bytes: int = 3_000_000,
+                    root: str | Path | None = None) -> tuple[np.ndarray, list[str]]:
+    """Validation tokens and their files: non-evaluation files past the training cap, in name order.
+
+    ``max_train_bytes`` must be the cap the model was trained with (``load_splits``' default), so
+    the files are exactly those training stopped before; the evaluation split is never read.
+    """
+    n_train, chunks, names, n = 0, [], [], 0
+    for p in stdlib_files(root):
+        if is_eval_file(p.name):
+            continue
+        if n_train < max_train_bytes:  # the same walk as load_splits: this file is (partly) training text
+            n_train += p.stat().st_size
+            continue
+        if n >= max_bytes:
+            break
+        data = p.read_bytes()
+        chunks.append(data), names.append(p.name)
+        n += len(data)
+    if not chunks:
+        raise EdgesmithError(f"no standard library files are left after the {max_train_bytes}-byte training cap.",
+                             "lower max_train_bytes or point root at a full Python standard library.")
+    return np.frombuffer(b"".join(chunks)[:max_bytes], dtype=np.uint8).astype(np.int64), names

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -46,7 +47,9 @@ def test_quantize_rwkv_rtn_4bit_writes_a_reloadable_checkpoint_and_a_report_with
     # 4-bit codes plus an fp16 scale and a 4-bit zero point per group of 64
     assert report["bits_per_weight"] == pytest.approx(4 + 20 / 64)
     assert report["size_bytes"] == out.stat().st_size
-    assert {layer["action"] for layer in report["layers"]} == {"quantized-SQ"}
+    # every method codebook-quantizes the token-shift vectors the same way (plain k-means for RTN)
+    assert {layer["action"] for layer in report["layers"]} == {"quantized-SQ", "codebook"}
+    assert all("plain k-means" in layer["reason"] for layer in report["layers"] if layer["action"] == "codebook")
     ppl = report["perplexity"]
     assert ppl["fp32"]["eval_bytes"] == ppl["quantized"]["eval_bytes"] > 0
     assert ppl["fp32"]["perplexity"] < ppl["quantized"]["perplexity"] < 1.1 * ppl["fp32"]["perplexity"]
@@ -139,7 +142,7 @@ def test_quick_deploy_rwkv_writes_table_plots_checkpoints_and_measured_decode_sp
         assert dec[graph]["tokens_per_s"] > 0 and dec[graph]["bound_tokens_per_s"] > 0
         assert dec[graph]["weight_bytes_per_token"] > 0
     md = (out / "report.md").read_text()
-    assert "tokens/s (measured)" in md and "| rwkvquant | 4 |" in md and "ppl_vs_bpw.png" in md
+    assert "tokens/s (measured)" in md and "| rwkvquant | quantized | 4 |" in md and "ppl_vs_bpw.png" in md
     assert "RWKVQuant per-layer decisions" in md
 
 
@@ -182,3 +185,26 @@ def test_largest_cache_is_read_from_sysfs_layout(tmp_path):
         (d / "size").write_text(f"{size}\n")
     assert largest_cache_bytes(str(tmp_path)) == (3, 32 * 2**20)
     assert largest_cache_bytes(str(tmp_path / "missing")) is None
+
+
+def test_quant_table_picks_rwkvquant_percentile_by_validation_perplexity_only(tmp_path):
+    from bench.benchmarks.rwkv_quant_table import TUNED, markdown, run_model
+
+    res = run_model("rwkv7-ref", (3,), 4, log=lambda msg: None, methods=("gptq", TUNED), eval_sequences=2,
+                    vectors=(False,), percentiles=(90.0, 100.0))
+    fp, gptq, tuned = res["rows"]
+    cands = {c["percentile"]: c["val_ppl"] for c in tuned["validation"]}
+    assert set(cands) == {90.0, 100.0} and tuned["decision"]["percentile"] == min(cands, key=cands.get)
+    assert tuned["val_ppl"] == min(cands.values())
+    # validation text is not evaluation text: the fp32 model scores differently on the two
+    assert fp["val_ppl"] != pytest.approx(fp["ppl"], rel=1e-3) and res["val_tokens"] == res["eval_tokens"]
+    assert gptq["vectors"] == tuned["vectors"] == "fp" and tuned["n_vq"] >= 1
+    assert f"| {TUNED} | fp | 3 |" in markdown([res])
+    # the paired comparison is against GPTQ at the same bits, and per-window NLLs give the producer's perplexity
+    assert "vs_gptq" in tuned and "vs_gptq" not in gptq and tuned["vs_gptq"]["se"] > 0
+    from bench.benchmarks.rwkv_quant_table import window_nll
+    from models import get_producer
+
+    prod = get_producer("rwkv7-ref").build()
+    prod.eval_sequences = 2
+    assert float(np.exp(window_nll(prod.module, prod.eval_windows()).mean())) == pytest.approx(fp["ppl"], rel=1e-6)
