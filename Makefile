@@ -12,7 +12,12 @@ PYTEST_ARGS ?=
 
 .PHONY: setup demo test benchmark clean-cache
 
-setup: $(STAMP) $(LAVA_STAMP)
+setup: $(STAMP) $(LAVA_STAMP) $(VENV)/.espeak
+
+# espeak-ng synthesizes the LRNN denoiser's speech locally (models/lrnn/data.py); installed only if missing
+$(VENV)/.espeak: | $(STAMP)
+	command -v espeak-ng || (apt-get update && apt-get install -y espeak-ng)
+	@touch $@
 
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PY311) -m venv $(VENV)

@@ -7,6 +7,7 @@
     edgesmith quantize MODEL|F.onnx --pass int8-qdq --out F.onnx   one compression pass + its report
     edgesmith bench F.onnx --runtime onnxruntime --batch 1         latency in a fresh process
     edgesmith deploy MODEL --target T --out DIR                    the target's whole plan -> report folder
+    edgesmith deploy lrnn --target loihi2 --out DIR                sparse fixed-point denoiser in Lava vs Jetson
     edgesmith demo --out DIR               deploy digits-mlp to every target, with a summary
     edgesmith quantize rwkv --method rwkvquant --bits 3 --out q.pth   RWKV checkpoint + report (bench.rwkv)
     edgesmith deploy rwkv --target host-cpu --out DIR                  RWKV perplexity table + decode speed
@@ -322,12 +323,29 @@ def cmd_deploy(args) -> int:
 
         print(f"report: {deploy_rwkv(options_from_args(args)) / 'report.md'}")
         return 0
+    if args.model == "lrnn":  # streaming denoiser: prune -> fixed point -> Lava, with its own plan
+        return _deploy_lrnn(args)
     if args.quick:
-        raise EdgesmithError("--quick applies only to `deploy rwkv`.", "use --reps/--batch to shorten other deploys.")
+        raise EdgesmithError("--quick applies only to `deploy rwkv` and `deploy lrnn`.",
+                             "use --reps/--batch to shorten other deploys.")
     recipe = _load_recipe(args.recipe)
     opts = _deploy_options(args, recipe)
     out = deploy(opts)
     print(f"report: {out / 'report.md'}")
+    return 0
+
+
+def _deploy_lrnn(args) -> int:
+    from bench.benchmarks.lrnn_deploy import LrnnPlan, deploy_lrnn
+
+    if args.target not in (None, "loihi2"):
+        raise EdgesmithError(f"`deploy lrnn` targets loihi2 (with the Jetson comparison inside), not {args.target!r}.",
+                             "use --target loihi2.")
+    out = Path(args.out or "runs/lrnn-loihi2")
+    plan = LrnnPlan(quick=args.quick, lava_clips=args.lava_clips, sweep=not args.no_sweep)
+    sweep_from = Path(args.sweep_from) if args.sweep_from else None
+    log = (lambda *a, **k: None) if args.quiet else print
+    print(f"report: {deploy_lrnn(out, plan, force=args.force, sweep_from=sweep_from, log=log) / 'report.md'}")
     return 0
 
 
@@ -424,6 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", help="target name (see `edgesmith targets`)")
     _add_deploy_flags(p)
     p.add_argument("--quick", action="store_true", help="rwkv only: one model, fewer eval bytes, small decode model")
+    p.add_argument("--lava-clips", dest="lava_clips", type=int, help="lrnn only: test clips simulated in Lava")
+    p.add_argument("--no-sweep", dest="no_sweep", action="store_true", help="lrnn only: skip the width x sparsity sweep")
+    p.add_argument("--sweep-from", dest="sweep_from", help="lrnn only: reuse a finished lrnn_sweep folder")
     p.set_defaults(func=cmd_deploy)
 
     p = sub.add_parser("demo", help="deploy digits-mlp to every target and summarise")

@@ -26,6 +26,7 @@ PASS_MODULES = (
     "compress.prune",  # prune-magnitude
     "compress.export_trees",  # export-tree-onnx, export-tree-c
     "compress.rwkvquant.rwkvquant",  # rwkv-rtn, rwkv-gptq, rwkv-gptvq, rwkvquant
+    "compress.lrnn.fixed",  # export-lrnn-fixed
 )
 
 __all__ = [

@@ -11,6 +11,7 @@ PRODUCER_MODULES = (
     "models.digits",  # digits-mlp, digits-wide
     "models.gbrl.producer",  # gbrl-cartpole
     "models.rwkv.producer",  # rwkv6-ref, rwkv7-ref
+    "models.lrnn.producer",  # lrnn-denoiser
 )
 
 __all__ = ["Evaluation", "Metric", "Producer", "EdgesmithError", "get_producer", "producer_names", "register_producer"]

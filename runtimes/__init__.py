@@ -13,6 +13,8 @@ RUNTIME_MODULES = {
     "sigma-delta-ref": "runtimes.sigma_delta_rt",
     "c": "runtimes.c_rt",
     "trees": "runtimes.trees_rt",
+    "lrnn-ref": "runtimes.lrnn_ref",
+    "lava-lrnn": "runtimes.lava_lrnn_rt",
 }
 
 __all__ = ["RunResult", "Runtime", "get_runtime", "register_runtime", "runtime_names"]

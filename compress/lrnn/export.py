@@ -1,0 +1,154 @@
+"""What standard formats can hold of the S5 denoiser: a netx HDF5 file and a NIR graph.
+
+netx (lava-dl's HDF5 exchange format) knows input, dense, conv and recurrent-dense layers with CUBA
+or Sigma-Delta neurons; it has no complex recurrence, no gating product and no requantizing
+neuron. ``write_netx`` therefore writes the layers it can hold: the input and the encoder
+(a dense layer of 8-bit integer weights with a ReLU Sigma-Delta neuron), and names what it left
+out in the file's ``edgesmith_unsupported`` attribute. ``read_netx`` reads the same layout
+(``layer/<i>/{type, shape, weight, bias, neuron/...}``) with h5py, as netx's reader does.
+
+NIR is continuous-time and has no complex or SSM node, but a diagonal complex recurrence is an
+LI population plus a recurrent edge: with time measured in steps, mode ``n`` is
+``d[xr, xi]/dt = a [xr, xi] + b [[0, -1], [1, 0]] [xr, xi] + B u`` with ``a + i b = lambda dt``.
+``to_nir`` writes, per S5 layer: ``Affine`` (pre-norm folded into ``B dt``, real then imaginary
+rows) -> ``LI`` (``tau = -1 / a``, ``r = tau``, ``v_leak = 0``) with a recurrent ``Linear`` of 2x2
+rotation blocks, -> ``Linear`` ``[2 Re C, -2 Im C]`` -> output, and the ``D`` skip as a diagonal
+``Affine`` into the same output. Real poles (``b = 0``) reduce to plain LI. The GLU, encoder ReLU
+and decoder stay outside (NIR has no product or ReLU node); ``nir_ssm_step`` discretizes the graph
+read back (exact 2x2 matrix exponential, zero-order hold) so a test can compare it with the model.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from models.common import EdgesmithError, atomic_path
+from models.lrnn.s5 import S5Denoiser
+
+
+# --- netx -----------------------------------------------------------------------------------------
+
+
+def write_netx(net: dict, path: Path, force: bool = True) -> Path:
+    """netx-layout HDF5 of the layers netx supports (input + encoder) from a fixed-point net dict."""
+    import h5py
+
+    with atomic_path(path, force=force) as tmp:
+        with h5py.File(tmp, "w") as f:
+            f.attrs["edgesmith_unsupported"] = ("S5 blocks (complex diagonal recurrence, GLU gating product, "
+                                                "requantizing neurons) and the decoder that follows them")
+            layer = f.create_group("layer")
+            l0 = layer.create_group("0")
+            l0.create_dataset("type", data=np.bytes_("input"))
+            l0.create_dataset("shape", data=np.array([1, 1, net["enc_w"].shape[1]]))
+            n0 = l0.create_group("neuron")
+            n0.create_dataset("type", data=np.bytes_("SDNN"))
+            n0.create_dataset("vThMant", data=0)
+            l1 = layer.create_group("1")
+            l1.create_dataset("type", data=np.bytes_("dense"))
+            l1.create_dataset("shape", data=np.array([1, 1, net["enc_w"].shape[0]]))
+            l1.create_dataset("weight", data=np.asarray(net["enc_w"], np.int32))  # even integers in [-254, 254]
+            l1.create_dataset("bias", data=np.asarray(net["enc_b"], np.int64))
+            n1 = l1.create_group("neuron")
+            n1.create_dataset("type", data=np.bytes_("SDNN"))
+            n1.create_dataset("activation", data=np.bytes_("relu"))
+            n1.create_dataset("vThMant", data=0)
+            n1.create_dataset("wgtExp", data=0)
+    return Path(path)
+
+
+def read_netx(path: Path) -> list[dict]:
+    """The layers of a netx-layout HDF5 file as dicts (strings decoded, arrays as numpy)."""
+    import h5py
+
+    def walk(g) -> dict:
+        out = {}
+        for k, v in g.items():
+            if isinstance(v, h5py.Group):
+                out[k] = walk(v)
+            else:
+                val = v[()]
+                out[k] = val.decode() if isinstance(val, bytes) else np.asarray(val)
+        return out
+
+    try:
+        with h5py.File(path, "r") as f:
+            layers = f["layer"]
+            return [walk(layers[str(i)]) for i in range(len(layers))]
+    except (OSError, KeyError) as e:
+        raise EdgesmithError(f"{path} is not a netx HDF5 network ({e}).", "write it with write_netx.") from None
+
+
+# --- NIR ------------------------------------------------------------------------------------------
+
+
+def _ssm_parts(block) -> dict:
+    bn, ssm = block.norm, block.ssm
+    with torch.no_grad():
+        a = (bn.weight / torch.sqrt(bn.running_var + bn.eps)).double().numpy()
+        c = (bn.bias.double() - bn.running_mean.double() * torch.from_numpy(a)).numpy()
+        lam = (torch.complex(-torch.exp(ssm.log_neg_re), ssm.im).to(torch.complex128)).numpy()
+        dt = torch.exp(ssm.log_dt).double().numpy()
+        b = (ssm.B_re.double() + 1j * ssm.B_im.double()).numpy()
+        return {"a": a, "c": c, "lam_dt": lam * dt, "b_dt": b * dt[:, None], "C": (ssm.C_re.double() + 1j *
+                ssm.C_im.double()).numpy(), "D": ssm.D.double().numpy()}
+
+
+def to_nir(model: S5Denoiser):
+    """A NIRGraph with one subgraph chain per S5 layer's SSM (see the module docstring)."""
+    import nir
+
+    nodes, edges = {}, []
+    for l, blk in enumerate(model.eval().blocks):
+        p = _ssm_parts(blk)
+        n, h = p["b_dt"].shape
+        bw = p["b_dt"] * p["a"][None, :]
+        bb = p["b_dt"] @ p["c"]
+        re, im = p["lam_dt"].real, p["lam_dt"].imag
+        tau = np.concatenate([-1.0 / re, -1.0 / re])
+        rot = np.zeros((2 * n, 2 * n))
+        rot[np.arange(n), n + np.arange(n)] = -im
+        rot[n + np.arange(n), np.arange(n)] = im
+        pre = f"s5_{l}"
+        nodes[f"{pre}_input"] = nir.Input({"input": np.array([h])})
+        nodes[f"{pre}_B"] = nir.Affine(np.vstack([bw.real, bw.imag]), np.concatenate([bb.real, bb.imag]))
+        nodes[f"{pre}_LI"] = nir.LI(tau=tau, r=tau.copy(), v_leak=np.zeros(2 * n))
+        nodes[f"{pre}_rot"] = nir.Linear(rot)
+        nodes[f"{pre}_C"] = nir.Linear(np.hstack([2 * p["C"].real, -2 * p["C"].imag]))
+        nodes[f"{pre}_D"] = nir.Affine(np.diag(p["D"] * p["a"]), p["D"] * p["c"])
+        nodes[f"{pre}_output"] = nir.Output({"output": np.array([h])})
+        edges += [(f"{pre}_input", f"{pre}_B"), (f"{pre}_B", f"{pre}_LI"), (f"{pre}_LI", f"{pre}_rot"),
+                  (f"{pre}_rot", f"{pre}_LI"), (f"{pre}_LI", f"{pre}_C"), (f"{pre}_C", f"{pre}_output"),
+                  (f"{pre}_input", f"{pre}_D"), (f"{pre}_D", f"{pre}_output")]
+    return nir.NIRGraph(nodes=nodes, edges=edges, type_check=False,
+                        metadata={"edgesmith": "S5 SSMs of the LRNN denoiser; time unit = one 8 ms step"})
+
+
+def write_nir(model: S5Denoiser, path: Path, force: bool = True) -> Path:
+    import nir
+
+    with atomic_path(path, force=force) as tmp:
+        nir.write(str(tmp), to_nir(model))
+    return Path(path)
+
+
+def nir_ssm_step(graph, layer: int, u: np.ndarray) -> np.ndarray:
+    """Run layer ``layer``'s SSM from a NIR graph, discretized by ZOH with step 1: u (T, H) -> y (T, H)."""
+    pre = f"s5_{layer}"
+    B, li, rot = graph.nodes[f"{pre}_B"], graph.nodes[f"{pre}_LI"], graph.nodes[f"{pre}_rot"]
+    C, D = graph.nodes[f"{pre}_C"], graph.nodes[f"{pre}_D"]
+    n = len(li.tau) // 2
+    lam = -1.0 / np.asarray(li.tau[:n]) + 1j * np.asarray(rot.weight)[n + np.arange(n), np.arange(n)]
+    lam_bar = np.exp(lam)
+    zoh = (lam_bar - 1) / lam
+    w = np.asarray(B.weight)
+    bw, bb = w[:n] + 1j * w[n:], np.asarray(B.bias)[:n] + 1j * np.asarray(B.bias)[n:]
+    x = np.zeros(n, complex)
+    ys = []
+    for t in range(len(u)):
+        x = lam_bar * x + zoh * (bw @ u[t] + bb)
+        ys.append(np.asarray(C.weight) @ np.concatenate([x.real, x.imag]) + np.asarray(D.weight) @ u[t]
+                  + np.asarray(D.bias))
+    return np.array(ys)
