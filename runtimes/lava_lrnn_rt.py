@@ -8,10 +8,6 @@ fed to the Loihi 2 cost model describe what the simulation did.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +15,7 @@ import numpy as np
 from compress.base import Artifact
 from models.common import EdgesmithError
 from runtimes.base import Runtime, register_runtime
-from runtimes.lava_rt import ENV_VAR, _last_line, lava_python
+from runtimes.lava_rt import ENV_VAR, lava_python, run_worker
 from runtimes.lrnn_ref import activity_counts
 
 WORKER = Path(__file__).resolve().parent / "lava_lrnn_worker.py"
@@ -39,25 +35,11 @@ def run_lava(net: dict, u: np.ndarray, timeout_s: float = 900.0) -> dict:
     if not ok:
         raise EdgesmithError(why, "build .venv-lava with `make setup`.")
     u = np.asarray(u, np.int64)
-    with tempfile.TemporaryDirectory(prefix="edgesmith-lava-lrnn-") as tmp:
-        src, dst = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
-        with open(src, "wb") as f:
-            np.savez(f, **{k: v for k, v in net.items()}, inputs_int=u)
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-        t0 = time.perf_counter()
-        try:
-            proc = subprocess.run([str(lava_python()), str(WORKER), str(src), str(dst)], capture_output=True,
-                                  text=True, timeout=timeout_s, env=env, cwd=tmp)
-        except subprocess.TimeoutExpired:
-            raise EdgesmithError(f"the Lava simulation of {len(u)} frames ran past {timeout_s:.0f} s.",
-                                 "simulate a shorter clip or raise timeout_s.") from None
-        if proc.returncode != 0 or not dst.exists():
-            raise EdgesmithError(f"the Lava LRNN worker failed: {_last_line(proc.stderr)}",
-                                 "check .venv-lava (lava-nc 0.10, `make setup`) and re-run the conversion.")
-        with np.load(dst, allow_pickle=False) as z:
-            res = {k: z[k] for k in ("mask", "h_enc", "x", "y", "h")}
-            stats = json.loads(str(z["stats_json"]))
-    stats.update(activity_counts(net, u, res), worker_wall_s=time.perf_counter() - t0)
+    out, wall = run_worker(WORKER, {**net, "inputs_int": u}, timeout_s=timeout_s, what=f"{len(u)} frames",
+                           too_long_fix="simulate a shorter clip or raise timeout_s.")
+    res = {k: out[k] for k in ("mask", "h_enc", "x", "y", "h")}
+    stats = json.loads(str(out["stats_json"]))
+    stats.update(activity_counts(net, u, res), worker_wall_s=wall)
     res["stats"] = stats
     return res
 

@@ -38,6 +38,32 @@ def _last_line(text: str) -> str:
     return lines[-1][:400] if lines else "(no error output)"
 
 
+def run_worker(worker: Path, arrays: dict, *, timeout_s: float, what: str, too_long_fix: str) -> tuple[dict, float]:
+    """Run a Lava worker script in the Lava env on ``arrays`` (saved as IN.npz); return OUT.npz's arrays and wall time.
+
+    Every failure is a user-facing ``EdgesmithError``: a run past ``timeout_s``, or a worker that exits
+    non-zero or writes nothing (its last stderr line is quoted).
+    """
+    with tempfile.TemporaryDirectory(prefix="edgesmith-lava-") as tmp:
+        src, dst = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
+        with open(src, "wb") as f:
+            np.savez(f, **arrays)
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run([str(lava_python()), str(worker), str(src), str(dst)], capture_output=True,
+                                  text=True, timeout=timeout_s, env=env, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            raise EdgesmithError(f"the Lava simulation of {what} ran past {timeout_s:.0f} s.", too_long_fix) from None
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0 or not dst.exists():
+            raise EdgesmithError(f"the Lava worker ({worker.name}) failed: {_last_line(proc.stderr)}",
+                                 "check that .venv-lava has lava-nc 0.10 (run `make setup`) and that the "
+                                 "model was written by its export pass.")
+        with np.load(dst, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}, wall
+
+
 @register_runtime
 class LavaRuntime(Runtime):
     """Options: ``timeout_s`` (default 600) bounds one simulation; ``threads`` is not used."""
@@ -72,27 +98,11 @@ class LavaRuntime(Runtime):
             problem, _, fix = why.partition(" Fix: ")
             raise EdgesmithError(problem, fix or None)
         x_int = quantize_inputs(self.net_, x)
-        timeout = float(self.options.get("timeout_s", 600))
-        with tempfile.TemporaryDirectory(prefix="edgesmith-lava-") as tmp:
-            src, dst = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
-            with open(src, "wb") as f:
-                np.savez(f, **self.arrays_, inputs_int=x_int)
-            env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-            t0 = time.perf_counter()
-            try:
-                proc = subprocess.run([str(lava_python()), str(WORKER), str(src), str(dst)], capture_output=True,
-                                      text=True, timeout=timeout, env=env, cwd=tmp)
-            except subprocess.TimeoutExpired:
-                raise EdgesmithError(f"the Lava simulation of {len(x)} samples ran past {timeout:.0f} s.",
-                                     "run fewer samples at a time or raise the runtime's timeout_s.") from None
-            worker_s = time.perf_counter() - t0
-            if proc.returncode != 0 or not dst.exists():
-                raise EdgesmithError(f"the Lava worker failed: {_last_line(proc.stderr)}",
-                                     "check that .venv-lava has lava-nc 0.10 (run `make setup`) and that the "
-                                     "model was written by export-lava.")
-            with np.load(dst, allow_pickle=False) as z:
-                out_int = z["outputs"]
-                stats = json.loads(str(z["stats_json"]))
+        out, worker_s = run_worker(WORKER, {**self.arrays_, "inputs_int": x_int},
+                                   timeout_s=float(self.options.get("timeout_s", 600)), what=f"{len(x)} samples",
+                                   too_long_fix="run fewer samples at a time or raise the runtime's timeout_s.")
+        out_int = out["outputs"]
+        stats = json.loads(str(out["stats_json"]))
         stats.update(worker_wall_s=worker_s, samples=len(x), timesteps_per_sample=self.net_.steps_per_sample,
                      threads="n/a (Lava simulator)")
         return (out_int.astype(np.float64) * self.net_.output_scale).astype(np.float32), stats
