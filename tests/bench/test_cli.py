@@ -9,22 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.cli import main
-
-
-def run_cli(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_user_error(code, err, *needles):
-    assert code == 2
-    assert err.startswith("edgesmith: error: ")
-    assert "Traceback" not in err
-    assert "fix:" in err  # every user error says how to fix it
-    for n in needles:
-        assert n in err
+from cli_helpers import assert_user_error, run_cli
 
 
 @pytest.fixture

@@ -9,28 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from bench.cli import main
+from cli_helpers import assert_user_error, run_cli
 from bench.rwkv import RWKVDeployOptions, largest_cache_bytes
 from compress.rwkvquant import load_quantized
 from compress.rwkvquant.tensors import QuantLinear
 from models.common import EdgesmithError
 from models.rwkv.base import RWKVConfig
 from models.rwkv.checkpoint import build_model, save_rwkv
-
-
-def run_cli(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_user_error(code, err, *needles):
-    assert code == 2
-    assert err.startswith("edgesmith: error: ")
-    assert "Traceback" not in err
-    assert "fix:" in err
-    for n in needles:
-        assert n in err
 
 
 # --- quantize ---------------------------------------------------------------------------------------
