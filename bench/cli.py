@@ -311,8 +311,24 @@ def _deploy_options(args, recipe: dict):
         plan = PlanOptions(**plan_kw)
     except TypeError as e:
         raise EdgesmithError(f"bad plan option: {e}.", "see `edgesmith deploy --help`.") from None
+    model_options = dict(recipe.get("model_options", {}))
+    model_options.update(parse_model_options(getattr(args, "model_option", None) or []))
     return DeployOptions(model=model, target=target, out=Path(out), plan=plan, progress=not args.quiet,
-                         **bench_kw, **top)
+                         model_options=model_options, **bench_kw, **top)
+
+
+def parse_model_options(items: list[str]) -> dict:
+    """``KEY=VALUE`` strings -> keyword arguments; VALUE is read as JSON (true, 3, 0.5, "x") or else kept as text."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise EdgesmithError(f"--model-option {item!r} is not KEY=VALUE.", "write it like --model-option tiny=true.")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
 
 
 def cmd_deploy(args) -> int:
@@ -378,6 +394,8 @@ def _add_deploy_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tvm-tune-trials", dest="tvm_tune_trials", type=int, help="also run MetaSchedule-tuned TVM")
     p.add_argument("--no-tvm", dest="no_tvm", action="store_true")
     p.add_argument("--variant", action="append", help="only these variants (repeatable)")
+    p.add_argument("--model-option", dest="model_option", action="append", metavar="KEY=VALUE",
+                   help="keyword argument of the model's producer, e.g. tiny=true (repeatable)")
     p.add_argument("--sensitivity", action="store_true", help="per-layer sensitivity table for quantizing passes")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 

@@ -46,6 +46,7 @@ class DeployOptions:
     sensitivity: bool = False
     progress: bool = True
     plan: PlanOptions = field(default_factory=PlanOptions)
+    model_options: dict = field(default_factory=dict)  # keyword arguments of the producer (e.g. tiny=True)
 
     def __post_init__(self):
         self.out = Path(self.out)
@@ -112,7 +113,7 @@ def deploy(opts: DeployOptions) -> Path:
     if opts.out.exists() and not opts.force:
         raise EdgesmithError(f"output folder {opts.out} already exists.", "choose another --out or pass --force to replace it.")
     target = get_target(opts.target)
-    producer = get_producer(opts.model, seed=opts.seed)
+    producer = get_producer(opts.model, seed=opts.seed, **opts.model_options)
     threads = opts.threads or os.cpu_count() or 1
     say = (lambda msg: tqdm.write(msg)) if opts.progress else (lambda msg: None)
 
@@ -162,7 +163,7 @@ def deploy(opts: DeployOptions) -> Path:
             "reference": {"runtime": "torch", "evaluation": ref_eval.to_dict(), "size_bytes": ref_art.size_bytes()},
             "variants": variants,
             "results": results,
-            "notes": [],
+            "notes": list(producer.report_notes()),
         }
         write_report(report, tmp)
     say(f"[edgesmith] report written to {opts.out}/report.md")

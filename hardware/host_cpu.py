@@ -223,6 +223,10 @@ class HostCpu(Target):
                     ["onnxruntime"], "4-bit weight-only MatMulNBits (TVM cannot run MatMulNBits)"),
         ]
         unavailable = {}
+        hints = producer.unsupported_formats() if hasattr(producer, "unsupported_formats") else {}
+        for name, why in hints.items():
+            unavailable[name] = f"{getattr(producer, 'name', 'this model')} has no {name} variant: {why}"
+        variants = [v for v in variants if v.name not in hints]
         if options.prune_sparsity > 0:
             variants.append(Variant(
                 "pruned", [MagnitudePruneConfig(sparsity=options.prune_sparsity), ExportOnnxConfig(), int8()],
@@ -233,5 +237,6 @@ class HostCpu(Target):
                  "powercap interface exists, otherwise estimated by the host-cpu cost model"]
         if not options.tvm:
             notes.append("TVM disabled by option")
+        notes += [f"variant {name} not built: {why}" for name, why in hints.items()]
         return Plan(self.name, select_variants(self.name, variants, options.variants, unavailable),
                     self.latency_provenance, notes)

@@ -92,6 +92,17 @@ class Producer(ABC):
     def evaluate(self, predict: PredictFn) -> Evaluation:
         """Score a prediction function (batch of inputs -> batch of outputs) on held-out data."""
 
+    # --- deployment hints (read by targets and by ``bench.deploy``) ---------------------------------
+    def unsupported_formats(self) -> dict[str, str]:
+        """Numeric formats a target must not build for this model, each with the reason (e.g. "int4":
+        "no MatMul with weights: the model is a simulator"). Targets report them as unavailable."""
+        return {}
+
+    def report_notes(self) -> list[str]:
+        """Sentences every deploy report of this model must carry, e.g. which steps run outside the
+        exported graph (an eigendecomposition done in preprocessing) and why."""
+        return []
+
     def check_input(self, x: np.ndarray) -> np.ndarray:
         """Reject inputs whose per-sample shape does not match ``input_shape``."""
         x = np.asarray(x)
@@ -135,4 +146,8 @@ def get_producer(name: str, **kwargs) -> Producer:
             f"unknown model {name!r}.",
             f"use one of: {', '.join(producer_names())} (see `edgesmith models`).",
         ) from None
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except TypeError as e:  # an option the producer does not take, from --model-option or a recipe
+        raise EdgesmithError(f"model {name!r} does not take these options: {e}.",
+                             f"check the option names against the {cls.__name__} docstring.") from None

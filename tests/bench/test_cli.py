@@ -150,3 +150,17 @@ def test_prune_of_a_producer_model_exports_the_pruned_model_to_onnx(capsys, tmp_
     weights = [numpy_helper.to_array(t) for t in onnx.load(str(tmp_path / "p.onnx")).graph.initializer if t.dims and len(t.dims) == 2]
     zeros = sum(int((w == 0).sum()) for w in weights) / sum(w.size for w in weights)
     assert 0.49 < zeros < 0.51
+
+
+def test_model_options_parse_as_json_values_or_text():
+    from bench.cli import parse_model_options
+
+    assert parse_model_options(["tiny=true", "width=0.5", "n=3", "name=abc"]) == {
+        "tiny": True, "width": 0.5, "n": 3, "name": "abc"}
+
+
+def test_model_option_without_equals_is_a_user_error(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "deploy", "digits-mlp", "--target", "host-cpu", "--out", tmp_path / "o",
+                           "--model-option", "tiny")
+    assert_user_error(code, err, "KEY=VALUE")
+    assert not (tmp_path / "o").exists()

@@ -84,3 +84,44 @@ def test_loihi2_deploy_checks_lava_against_the_bit_exact_reference(tmp_path):
     ref = report["reference"]["evaluation"]["value"]
     assert abs(row["evaluation"]["value"] - ref) < 0.02
     assert "bit-exact reference" in (out / "report.md").read_text()
+
+
+def _digits_with_hints(monkeypatch):
+    """digits-mlp under another name, declaring no int4 and one report note (the producer hooks)."""
+    import models.base as mb
+    from models.digits import DigitsSmall
+
+    class Hinted(DigitsSmall):
+        name = "digits-hinted"
+
+        def __init__(self, seed=0, note="eigendecomposition runs outside the graph"):
+            super().__init__(seed=seed)
+            self.note = note
+
+        def unsupported_formats(self):
+            return {"int4": "no weights worth 4-bit packing"}
+
+        def report_notes(self):
+            return [self.note]
+
+    mb._import_producers()
+    monkeypatch.setitem(mb._PRODUCERS, "digits-hinted", Hinted)
+
+
+def test_producer_hints_drop_variants_and_reach_the_report_notes(tmp_path, monkeypatch):
+    _digits_with_hints(monkeypatch)
+    out = deploy(DeployOptions("digits-hinted", "host-cpu", tmp_path / "h", plan=PlanOptions(tvm=False),
+                               model_options={"note": "U and lambda are inputs"}, **FAST))
+    report = json.loads((out / "report.json").read_text())
+    assert {r["variant"] for r in report["results"]} == {"fp32", "int8"}
+    assert "U and lambda are inputs" in report["notes"]
+    assert any("int4" in n for n in report["plan"]["notes"])
+    with pytest.raises(EdgesmithError, match="no int4 variant"):
+        deploy(DeployOptions("digits-hinted", "host-cpu", tmp_path / "h2",
+                             plan=PlanOptions(tvm=False, variants=("int4",)), **FAST))
+
+
+def test_unknown_model_option_is_a_user_error(tmp_path):
+    with pytest.raises(EdgesmithError, match="does not take these options"):
+        deploy(DeployOptions("digits-mlp", "host-cpu", tmp_path / "x", model_options={"no_such": 1}, **FAST))
+    assert not (tmp_path / "x").exists()
