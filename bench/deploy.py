@@ -128,7 +128,7 @@ def deploy(opts: DeployOptions) -> Path:
 
     with atomic_path(opts.out, force=opts.force) as tmp:
         tmp.mkdir(parents=True)
-        results, variants = [], []
+        results, variants, failed = [], [], []
         steps = [(v, rt) for v in plan.variants for rt in _runtime_rows(v, opts.plan)]
         bar = tqdm(total=len(steps), desc="deploy", unit="run", disable=not opts.progress)
         for variant in plan.variants:
@@ -145,8 +145,17 @@ def deploy(opts: DeployOptions) -> Path:
             bpw = next((r.bits_per_weight for r in reversed(reports) if r.bits_per_weight is not None), None)
             for rt_name, label, rt_opts in _runtime_rows(variant, opts.plan):
                 bar.set_postfix_str(f"{variant.name}: {label}")
-                results.append(_run_variant(target, producer, art, variant.name, rt_name, label, rt_opts, threads,
-                                            opts, ref_out, probe, bpw))
+                try:
+                    results.append(_run_variant(target, producer, art, variant.name, rt_name, label, rt_opts,
+                                                threads, opts, ref_out, probe, bpw))
+                except Exception as e:
+                    # the target's own runtime must work; an optional second backend (TVM) that cannot
+                    # compile this model is recorded as a failed run instead of losing every other figure
+                    if rt_name == target.runtime:
+                        raise
+                    failed.append({"variant": variant.name, "runtime": rt_name, "runtime_label": label,
+                                   "error": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"})
+                    say(f"[edgesmith] {variant.name} on {label} failed: {failed[-1]['error']}")
                 bar.update(1)
         bar.close()
         report = {
@@ -163,6 +172,7 @@ def deploy(opts: DeployOptions) -> Path:
             "reference": {"runtime": "torch", "evaluation": ref_eval.to_dict(), "size_bytes": ref_art.size_bytes()},
             "variants": variants,
             "results": results,
+            "failed_runs": failed,
             "notes": list(producer.report_notes()),
         }
         write_report(report, tmp)

@@ -82,6 +82,10 @@ def render_markdown(report: dict) -> str:
             + (f": {e['method']}" if e.get("method") else "")
             + " |"
         )
+    if report.get("failed_runs"):
+        lines += ["", "## Runs that failed (no figures for these)", "", "| variant | runtime | error |", "|---|---|---|"]
+        for f in report["failed_runs"]:
+            lines.append(f"| {f['variant']} | {f['runtime_label']} | {f['error'].replace('|', '/')} |")
     # latency detail
     lines += ["", "## Latency detail", "",
               "| variant | runtime | batch | provenance | p50 | p90 | p99 | cv | n | peak RSS |",

@@ -125,3 +125,22 @@ def test_unknown_model_option_is_a_user_error(tmp_path):
     with pytest.raises(EdgesmithError, match="does not take these options"):
         deploy(DeployOptions("digits-mlp", "host-cpu", tmp_path / "x", model_options={"no_such": 1}, **FAST))
     assert not (tmp_path / "x").exists()
+
+
+def test_a_backend_that_cannot_run_the_model_is_reported_as_failed_not_fatal(tmp_path, monkeypatch):
+    import bench.deploy as d
+
+    real = d._run_variant
+
+    def tvm_breaks(target, producer, art, variant, rt_name, *a, **k):
+        if rt_name == "tvm":
+            raise RuntimeError("simulated: TVM cannot lower op Foo")
+        return real(target, producer, art, variant, rt_name, *a, **k)
+
+    monkeypatch.setattr(d, "_run_variant", tvm_breaks)
+    out = deploy(DeployOptions("digits-mlp", "host-cpu", tmp_path / "f", plan=PlanOptions(variants=("fp32",)), **FAST))
+    report = json.loads((out / "report.json").read_text())
+    assert [r["runtime"] for r in report["results"]] == ["onnxruntime"]
+    assert report["failed_runs"] == [{"variant": "fp32", "runtime": "tvm", "runtime_label": "tvm (untuned)",
+                                      "error": "RuntimeError: simulated: TVM cannot lower op Foo"}]
+    assert "simulated: TVM cannot lower op Foo" in (out / "report.md").read_text()
