@@ -12,6 +12,8 @@ PRODUCER_MODULES = (
     "models.gbrl.producer",  # gbrl-cartpole
     "models.rwkv.producer",  # rwkv6-ref, rwkv7-ref
     "models.lrnn.producer",  # lrnn-denoiser
+    "models.eflanding.producer",  # ef-landing-pca
+    "models.dpfl.producer",  # dpfl-logreg
 )
 
 __all__ = ["Evaluation", "Metric", "Producer", "EdgesmithError", "get_producer", "producer_names", "register_producer"]

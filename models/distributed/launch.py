@@ -1,0 +1,109 @@
+"""Run a module's worker entry point under ``torchrun`` with N processes and collect rank 0's result.
+
+    res = launch("models.eflanding.worker", {"iters": 500}, nproc=4)
+    res.result          # what rank 0's function returned
+    res.communication   # processes, backend, bytes sent per worker and in total
+
+The module must call ``models.distributed.comm.run_worker(fn)`` under ``if __name__ == "__main__"``.
+``torchrun --standalone`` picks a free local port, so several launches can run side by side.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from models.common import EdgesmithError
+from models.distributed.comm import BACKEND_ENV, TIMEOUT_ENV
+
+
+@dataclass
+class LaunchResult:
+    result: dict
+    communication: dict
+    seconds: float
+    backend: str
+    processes: int
+
+    def to_dict(self) -> dict:
+        return {"processes": self.processes, "backend": self.backend, "seconds": self.seconds,
+                "communication": self.communication}
+
+
+def torchrun_path() -> str:
+    """The ``torchrun`` beside this interpreter (the venv's), else the one on PATH."""
+    beside = Path(sys.executable).parent / "torchrun"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("torchrun")
+    if found:
+        return found
+    raise EdgesmithError("torchrun was not found beside the Python interpreter or on PATH.",
+                         "install torch in this environment (it ships torchrun).")
+
+
+def choose_backend(nproc: int) -> str:
+    """NCCL when every process can have its own GPU, else gloo (CPU)."""
+    import torch
+    import torch.distributed as dist
+
+    if torch.cuda.is_available() and dist.is_nccl_available() and torch.cuda.device_count() >= nproc:
+        return "nccl"
+    if not dist.is_gloo_available():
+        raise EdgesmithError("this torch build has neither gloo nor a usable NCCL backend.",
+                             "install a torch build with distributed support.")
+    return "gloo"
+
+
+def launch(module: str, config: dict, nproc: int, *, timeout_s: float = 300.0, backend: str | None = None,
+           collective_timeout_s: float = 120.0) -> LaunchResult:
+    """Start ``torchrun --nproc-per-node nproc --standalone -m module --config ... --result ...``."""
+    if not isinstance(nproc, int) or nproc < 1:
+        raise EdgesmithError(f"process count {nproc!r} is not a positive integer.", "pass nproc=1 or more.")
+    backend = backend or choose_backend(nproc)
+    if backend not in ("gloo", "nccl"):
+        raise EdgesmithError(f"unknown backend {backend!r}.", "use gloo (CPU) or nccl (one GPU per process).")
+    env = {**os.environ, BACKEND_ENV: backend, TIMEOUT_ENV: str(collective_timeout_s), "OMP_NUM_THREADS": "1"}
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    with tempfile.TemporaryDirectory(prefix="edgesmith-dist-") as tmp:
+        result_file = Path(tmp) / "result.json"
+        cmd = [torchrun_path(), "--nproc-per-node", str(nproc), "--standalone", "-m", module,
+               "--config", json.dumps(config), "--result", str(result_file)]
+        t0 = time.perf_counter()
+        # a session of its own, so a timeout can end exactly the processes this launch started
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, cwd=root)
+        try:
+            _, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise EdgesmithError(f"torchrun {module} with {nproc} processes did not finish within {timeout_s:g} s.",
+                                 "raise the timeout, lower the iteration count, or check for a hung collective.") from None
+        seconds = time.perf_counter() - t0
+        if proc.returncode != 0 or not result_file.exists():
+            raise EdgesmithError(f"torchrun {module} with {nproc} processes ({backend}) failed with exit code "
+                                 f"{proc.returncode}: {_last_error(err)}",
+                                 "read the worker error above; check the run's settings and that torch.distributed works here.")
+        data = json.loads(result_file.read_text())
+    return LaunchResult(data["result"], data["communication"], seconds, backend, nproc)
+
+
+def _last_error(stderr: str) -> str:
+    """The most telling line of a failed run's stderr (the raised exception, if any)."""
+    lines = [ln.strip() for ln in (stderr or "").splitlines() if ln.strip()]
+    for ln in lines:  # a worker's own exception, as torchrun prefixes it ("[rank0]: ValueError: ...")
+        if ln.startswith("[rank") and "Error:" in ln:
+            return ln[:400]
+    for ln in reversed(lines):
+        if "Error" in ln and not ln.startswith(("torch.distributed.elastic", "[")):
+            return ln[:400]
+    return lines[-1][:400] if lines else "no output"
