@@ -14,6 +14,8 @@ PRODUCER_MODULES = (
     "models.lrnn.producer",  # lrnn-denoiser
     "models.eflanding.producer",  # ef-landing-pca
     "models.dpfl.producer",  # dpfl-logreg
+    "models.influence.producer",  # noise-cnn
+    "models.ctrl.producer",  # ctrl-critic
 )
 
 __all__ = ["Evaluation", "Metric", "Producer", "EdgesmithError", "get_producer", "producer_names", "register_producer"]

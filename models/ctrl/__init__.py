@@ -1,0 +1,1 @@
+"""Paper 10 (CTRL): a critic trained by SFT then GRPO to steer a fixed generator in toy program repair."""

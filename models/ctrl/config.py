@@ -1,0 +1,72 @@
+"""Config of the ``ctrl-critic`` producer's training: validated on construction, JSON round trip."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+from models.common import EdgesmithError
+
+
+@dataclass(frozen=True)
+class CtrlConfig:
+    """Stage 1 (SFT on execution-built feedback) and stage 2 (GRPO) settings, and the test set size.
+
+    SFT sees ``n_sft`` problems labelled by running every critique through the generator (the
+    expensive, exhaustive supervision); GRPO then trains on ``grpo_iters * batch`` fresh problems
+    from the reward alone: ``group`` critiques sampled per problem, reward 1 if the revision passes
+    the hidden tests, advantages ``(r - mean) / std`` within the group, plus ``kl`` times the KL
+    divergence to the frozen stage-1 policy.
+    """
+
+    hidden: int = 256
+    n_sft: int = 1000
+    sft_epochs: int = 40
+    sft_lr: float = 2e-3
+    grpo_iters: int = 400
+    batch: int = 32
+    group: int = 8
+    grpo_lr: float = 5e-4
+    kl: float = 0.02
+    n_test: int = 500
+    seed: int = 0
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        for name in ("hidden", "n_sft", "sft_epochs", "batch", "n_test"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                self._fail(name, f"is {v!r}", "use a whole number of at least 1.")
+        if isinstance(self.grpo_iters, bool) or not isinstance(self.grpo_iters, int) or self.grpo_iters < 0:
+            self._fail("grpo_iters", f"is {self.grpo_iters!r}", "use 0 (SFT only) or more iterations.")
+        if isinstance(self.group, bool) or not isinstance(self.group, int) or self.group < 2:
+            self._fail("group", f"is {self.group!r}", "use at least 2 critiques per group: advantages compare them.")
+        for name in ("sft_lr", "grpo_lr"):
+            if not getattr(self, name) > 0:
+                self._fail(name, f"is {getattr(self, name)!r}", "use a positive learning rate.")
+        if not self.kl >= 0:
+            self._fail("kl", f"is {self.kl!r}", "use a KL weight of 0 or more.")
+
+    def _fail(self, field_name: str, problem: str, fix: str) -> None:
+        raise EdgesmithError(f"CtrlConfig.{field_name} {problem}.", fix)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CtrlConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise EdgesmithError(f"CtrlConfig has no option(s) {', '.join(unknown)}.",
+                                 f"valid options: {', '.join(sorted(names))}.")
+        return cls(**d)
+
+    @classmethod
+    def tiny(cls, seed: int = 0) -> "CtrlConfig":
+        return cls(hidden=64, n_sft=150, sft_epochs=10, grpo_iters=15, batch=16, group=4, n_test=60, seed=seed)
