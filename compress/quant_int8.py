@@ -17,6 +17,7 @@ in fp32 are not counted.
 """
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,8 +142,11 @@ def _prepare(src: Path, dst: Path, notes: list[str]) -> None:
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     try:
-        with quiet_onnxruntime():
-            quant_pre_process(str(src), str(dst), skip_optimization=True)
+        # when its symbolic shape inference gives up, onnxruntime dumps sym_shape_infer_temp.onnx and
+        # uuid-named .data files into the working directory: run it inside a scratch folder instead
+        with quiet_onnxruntime(), tempfile.TemporaryDirectory(prefix="edgesmith-prep-") as scratch, \
+                contextlib.chdir(scratch):
+            quant_pre_process(str(Path(src).resolve()), str(Path(dst).resolve()), skip_optimization=True)
     except Exception as e:  # symbolic shape inference fails on some exotic graphs; quantizing still works
         notes.append(f"quant_pre_process failed ({type(e).__name__}); quantized the model as exported.")
         onnx.save(onnx.load(str(src)), str(dst))

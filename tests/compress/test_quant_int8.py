@@ -1,6 +1,8 @@
 """int8-qdq: config checks, the quantized graph, accuracy on digits, calibration choices, bad data."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -143,3 +145,21 @@ def test_bad_calibration_data_is_a_user_error(digits, digits_onnx, tmp_path, cal
 def test_n_calibration_limits_the_samples_used(digits, digits_onnx, tmp_path):
     res = _quantize(digits, digits_onnx, Int8QdqConfig(n_calibration=16), tmp_path)
     assert any("on 16 samples" in note for note in res.report.notes)
+
+
+def test_failed_shape_inference_leaves_nothing_in_the_working_directory(digits, digits_onnx, tmp_path, monkeypatch):
+    import onnxruntime.quantization.shape_inference as si
+
+    def gives_up(src, dst, **kw):
+        # what onnxruntime does when symbolic shape inference is incomplete: dump files into the cwd
+        Path("sym_shape_infer_temp.onnx").write_bytes(b"x")
+        Path("0b7e-uuid.data").write_bytes(b"x")
+        raise Exception("Incomplete symbolic shape inference")
+
+    monkeypatch.setattr(si, "quant_pre_process", gives_up)
+    cwd = tmp_path / "user-cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    res = _quantize(digits, digits_onnx, Int8QdqConfig(), tmp_path / "w")
+    assert list(cwd.iterdir()) == []
+    assert any("quant_pre_process failed" in n for n in res.report.notes)
