@@ -16,6 +16,8 @@ PRODUCER_MODULES = (
     "models.dpfl.producer",  # dpfl-logreg
     "models.influence.producer",  # noise-cnn
     "models.ctrl.producer",  # ctrl-critic
+    "models.scaling.producer",  # scaling-student
+    "models.founder.producer",  # founder
 )
 
 __all__ = ["Evaluation", "Metric", "Producer", "EdgesmithError", "get_producer", "producer_names", "register_producer"]
