@@ -1,0 +1,1 @@
+"""SQAOA (paper 1): sub-problem QAOA for correlation clustering, simulated here with a statevector."""
