@@ -12,6 +12,8 @@ PRODUCER_MODULES = (
     "models.gbrl.producer",  # gbrl-cartpole
     "models.rwkv.producer",  # rwkv6-ref, rwkv7-ref
     "models.lrnn.producer",  # lrnn-denoiser
+    "models.ncvsd.producer",  # ncvsd
+    "models.eqvae.producer",  # eqvae
     "models.sqaoa.producer",  # sqaoa
     "models.selfconsume.producer",  # self-consuming
     "models.eflanding.producer",  # ef-landing-pca
