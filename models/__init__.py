@@ -22,6 +22,8 @@ PRODUCER_MODULES = (
     "models.ctrl.producer",  # ctrl-critic
     "models.scaling.producer",  # scaling-student
     "models.founder.producer",  # founder
+    "models.skew.producer",  # skew-spectrum
+    "models.medtok.producer",  # medtok
 )
 
 __all__ = ["Evaluation", "Metric", "Producer", "EdgesmithError", "get_producer", "producer_names", "register_producer"]

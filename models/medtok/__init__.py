@@ -1,0 +1,1 @@
+"""MedTok: a multimodal (text + ontology graph) medical code tokenizer with a partitioned codebook."""
