@@ -18,6 +18,8 @@ PRODUCER_MODULES = (
     "models.selfconsume.producer",  # self-consuming
     "models.eflanding.producer",  # ef-landing-pca
     "models.dpfl.producer",  # dpfl-logreg
+    "models.wavegc.producer",  # wavegc
+    "models.gnn_causal.producer",  # gnn-iia
     "models.influence.producer",  # noise-cnn
     "models.ctrl.producer",  # ctrl-critic
     "models.scaling.producer",  # scaling-student
