@@ -6,6 +6,7 @@ It lives in ``models`` because ``models`` is the most upstream package: everythi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -122,3 +123,33 @@ def cache_dir() -> Path:
     root = Path(os.environ.get("EDGESMITH_CACHE", Path(__file__).resolve().parent.parent / ".cache"))
     root.mkdir(parents=True, exist_ok=True)
     return root
+
+
+class Config:
+    """Mixin for (frozen) config dataclasses: ``validate`` runs from ``__post_init__`` and reports a bad
+    field through ``_fail`` as an ``EdgesmithError``; ``to_dict``/``to_json``/``from_dict`` round-trip
+    through JSON (lists come back as tuples), so a cache key, a claim table and a report name the same thing."""
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``EdgesmithError`` (through ``_fail``) on a bad field."""
+
+    def _fail(self, field_name: str, problem: str, fix: str) -> None:
+        raise EdgesmithError(f"{type(self).__name__}.{field_name} {problem}.", fix)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise EdgesmithError(f"{cls.__name__} has no option(s) {', '.join(unknown)}.",
+                                 f"valid options: {', '.join(sorted(names))}.")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})

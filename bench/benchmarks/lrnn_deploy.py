@@ -35,8 +35,7 @@ from compress.lrnn.prune import ImpConfig, Pruner, prune_finetune
 from hardware import Workload, get_target
 from hardware.workload import workload_from_activity
 from models import get_producer
-from models.common import EdgesmithError, atomic_path, cache_dir, write_json
-from models.lrnn.config import Config
+from models.common import Config, EdgesmithError, atomic_path, cache_dir, write_json
 from models.lrnn.data import apply_mask, istft, si_snr, stft, stoi
 from models.lrnn.train import TrainConfig, score, torch_mask_fn
 from runtimes import lrnn_ref

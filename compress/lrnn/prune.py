@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from compress.prune import magnitude_masks
-from models.lrnn.config import Config
+from models.common import Config
 from models.lrnn.train import TrainConfig, train
 
 

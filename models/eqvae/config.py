@@ -5,27 +5,16 @@ so the cache key, the claim table and a deploy report name the same settings.
 """
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 from dataclasses import dataclass
 
-from models.common import EdgesmithError
+from models.common import Config
 
 FINETUNE_MODES = ("eq", "plain", "none")
 
 
-class _Config:
-    """Mixin for dataclasses: validation on construction, JSON round trip, readable errors."""
-
-    def __post_init__(self):
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise ``EdgesmithError`` (through ``_fail``) on a bad field."""
-
-    def _fail(self, field_name: str, problem: str, fix: str) -> None:
-        raise EdgesmithError(f"{type(self).__name__}.{field_name} {problem}.", fix)
+class _Config(Config):
+    """The shared config mixin plus this package's own field check."""
 
     def _number(self, name: str, *, integer: bool = False, low: float = 0.0, inclusive: bool = False) -> None:
         v = getattr(self, name)
@@ -34,21 +23,6 @@ class _Config:
         if not ok:
             self._fail(name, f"is {v!r}", f"use a {'whole number' if integer else 'number'} "
                                           f"{'of at least' if inclusive else 'above'} {low}.")
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, d: dict):
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise EdgesmithError(f"{cls.__name__} has no option(s) {', '.join(unknown)}.",
-                                 f"valid options: {', '.join(sorted(names))}.")
-        return cls(**d)
 
 
 @dataclass(frozen=True)

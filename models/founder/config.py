@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from models.lrnn.config import Config
+from models.common import Config
 
 REWARDS = ("temporal", "cosine")
 

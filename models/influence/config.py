@@ -1,43 +1,19 @@
 """Config dataclasses of the ``noise-cnn`` producer: validated on construction, JSON round trip."""
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass
 
-from models.common import EdgesmithError
+from models.common import Config
 
 
-class _Config:
-    def __post_init__(self):
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise ``EdgesmithError`` (through ``_fail``) on a bad field."""
-
-    def _fail(self, field_name: str, problem: str, fix: str) -> None:
-        raise EdgesmithError(f"{type(self).__name__}.{field_name} {problem}.", fix)
+class _Config(Config):
+    """The shared config mixin plus this package's own field check."""
 
     def _positive(self, *names: str) -> None:
         for name in names:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 self._fail(name, f"is {v!r}", "use a positive number.")
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, d: dict):
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise EdgesmithError(f"{cls.__name__} has no option(s) {', '.join(unknown)}.",
-                                 f"valid options: {', '.join(sorted(names))}.")
-        return cls(**d)
 
 
 @dataclass(frozen=True)

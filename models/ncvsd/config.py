@@ -5,48 +5,22 @@ JSON (``to_dict`` / ``from_dict``), so a cache key, a claim table and a report n
 """
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 from dataclasses import dataclass
 
-from models.common import EdgesmithError
+from models.common import Config
 
 SIGMA_SAMPLERS = ("karras", "lognormal")
 
 
-class _Config:
-    """Mixin for dataclasses: validation on construction, JSON round trip, readable errors."""
-
-    def __post_init__(self):
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise ``EdgesmithError`` (through ``_fail``) on a bad field."""
-
-    def _fail(self, field_name: str, problem: str, fix: str) -> None:
-        raise EdgesmithError(f"{type(self).__name__}.{field_name} {problem}.", fix)
+class _Config(Config):
+    """The shared config mixin plus this package's own field check."""
 
     def _positive(self, name: str, integer: bool = False) -> None:
         v = getattr(self, name)
         kinds = (int,) if integer else (int, float)
         if isinstance(v, bool) or not isinstance(v, kinds) or not math.isfinite(v) or v <= 0:
             self._fail(name, f"is {v!r}", f"use a positive {'whole number' if integer else 'number'}.")
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, d: dict):
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise EdgesmithError(f"{cls.__name__} has no option(s) {', '.join(unknown)}.",
-                                 f"valid options: {', '.join(sorted(names))}.")
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
 @dataclass(frozen=True)

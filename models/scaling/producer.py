@@ -25,8 +25,7 @@ import numpy as np
 import torch
 
 from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import EdgesmithError, atomic_path, cache_dir
-from models.lrnn.config import Config
+from models.common import Config, EdgesmithError, atomic_path, cache_dir
 from models.scaling.distill import GATINGS, ScaledOut, class_groups, fit, group_logits, kd_loss, mlp
 
 N_IN, N_CLASSES = 64, 10

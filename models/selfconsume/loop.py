@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.common import EdgesmithError
-from models.lrnn.config import Config
+from models.common import Config, EdgesmithError
 from models.selfconsume.attacks import ATTACKS, choose_flips, flip
 from models.selfconsume.reward_model import RewardTrainConfig, make_pairs, score, train_reward_model
 from models.selfconsume.world import MixtureGenerator, real_data, true_reward

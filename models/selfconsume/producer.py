@@ -19,8 +19,7 @@ import numpy as np
 import torch
 
 from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import atomic_path, cache_dir
-from models.lrnn.config import Config
+from models.common import Config, atomic_path, cache_dir
 from models.selfconsume.loop import curate
 from models.selfconsume.reward_model import (RewardMLP, RewardTrainConfig, make_pairs, pairwise_accuracy,
                                              train_reward_model)
