@@ -214,7 +214,9 @@ class HostCpu(Target):
         from compress.quant_int8 import Int8QdqConfig
 
         module_fits(self, producer)
-        both = ["onnxruntime", "tvm"] if options.tvm else ["onnxruntime"]
+        skip = producer.unsupported_runtimes() if hasattr(producer, "unsupported_runtimes") else {}
+        skip = {name: why for name, why in skip.items() if name != self.runtime}
+        both = ["onnxruntime", "tvm"] if options.tvm and "tvm" not in skip else ["onnxruntime"]
         int8 = lambda: Int8QdqConfig(calibration=options.calibration, percentile=options.percentile)  # noqa: E731
         variants = [
             Variant("fp32", [ExportOnnxConfig()], list(both), "fp32 ONNX export"),
@@ -238,5 +240,6 @@ class HostCpu(Target):
         if not options.tvm:
             notes.append("TVM disabled by option")
         notes += [f"variant {name} not built: {why}" for name, why in hints.items()]
+        notes += [f"runtime {name} left out for this model: {why}" for name, why in skip.items()]
         return Plan(self.name, select_variants(self.name, variants, options.variants, unavailable),
                     self.latency_provenance, notes)

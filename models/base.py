@@ -98,10 +98,23 @@ class Producer(ABC):
         "no MatMul with weights: the model is a simulator"). Targets report them as unavailable."""
         return {}
 
+    def unsupported_runtimes(self) -> dict[str, str]:
+        """Optional runtimes a target should leave out for this model, each with the measured reason
+        (e.g. "tvm": "untuned TVM needs over 20 minutes for ..."). The target's own runtime cannot be
+        left out: a model it cannot run is not deployable there."""
+        return {}
+
     def report_notes(self) -> list[str]:
         """Sentences every deploy report of this model must carry, e.g. which steps run outside the
         exported graph (an eigendecomposition done in preprocessing) and why."""
         return []
+
+    def ood_inputs(self) -> dict[str, np.ndarray] | None:
+        """Inputs for the OOD-score monitor (``bench.ood_monitor``), or None: ``{"id": held-out
+        in-distribution inputs, "<set name>": out-of-distribution inputs, ...}``, each shaped like
+        ``input_shape``. Classifiers that give them get MSP / energy / Mahalanobis AUROC and the
+        score shift of every compressed variant in their deploy report."""
+        return None
 
     def check_input(self, x: np.ndarray) -> np.ndarray:
         """Reject inputs whose per-sample shape does not match ``input_shape``."""

@@ -104,16 +104,20 @@ def _digits_with_hints(monkeypatch):
         def report_notes(self):
             return [self.note]
 
+        def unsupported_runtimes(self):
+            return {"tvm": "simulated: too slow untuned", "onnxruntime": "ignored: the target's own runtime"}
+
     mb._import_producers()
     monkeypatch.setitem(mb._PRODUCERS, "digits-hinted", Hinted)
 
 
 def test_producer_hints_drop_variants_and_reach_the_report_notes(tmp_path, monkeypatch):
     _digits_with_hints(monkeypatch)
-    out = deploy(DeployOptions("digits-hinted", "host-cpu", tmp_path / "h", plan=PlanOptions(tvm=False),
+    out = deploy(DeployOptions("digits-hinted", "host-cpu", tmp_path / "h", plan=PlanOptions(tvm=True),
                                model_options={"note": "U and lambda are inputs"}, **FAST))
     report = json.loads((out / "report.json").read_text())
-    assert {r["variant"] for r in report["results"]} == {"fp32", "int8"}
+    assert {(r["variant"], r["runtime"]) for r in report["results"]} == {("fp32", "onnxruntime"), ("int8", "onnxruntime")}
+    assert any("tvm left out for this model: simulated: too slow untuned" in n for n in report["plan"]["notes"])
     assert "U and lambda are inputs" in report["notes"]
     assert any("int4" in n for n in report["plan"]["notes"])
     with pytest.raises(EdgesmithError, match="no int4 variant"):
