@@ -33,7 +33,7 @@ from models.common import EdgesmithError, atomic_path, write_json
 RECIPE_KEYS = {
     "top": {"model", "target", "out", "seed", "threads", "force", "sensitivity"},
     "plan": {f.name for f in dataclasses.fields(PlanOptions)},
-    "bench": {"batch_sizes", "warmup", "reps", "n_calibration"},
+    "bench": {"batch_sizes", "warmup", "reps", "n_calibration", "calibration_select"},
 }
 
 
@@ -52,10 +52,11 @@ def _load_recipe(path: str | None) -> dict:
         if unknown:
             raise EdgesmithError(f"recipe {p}: unknown [{section}] key(s) {', '.join(sorted(unknown))}.",
                                  f"valid keys: {', '.join(sorted(keys))}.")
-    unknown = set(data) - RECIPE_KEYS["top"] - {"plan", "bench"}
+    unknown = set(data) - RECIPE_KEYS["top"] - {"plan", "bench", "model_options"}
     if unknown:
         raise EdgesmithError(f"recipe {p}: unknown key(s) {', '.join(sorted(unknown))}.",
-                             f"valid top-level keys: {', '.join(sorted(RECIPE_KEYS['top']))}, [plan], [bench].")
+                             f"valid top-level keys: {', '.join(sorted(RECIPE_KEYS['top']))}, [plan], [bench], "
+                             "[model_options].")
     return data
 
 
@@ -287,7 +288,7 @@ def _deploy_options(args, recipe: dict):
         bench_kw["batch_sizes"] = tuple(args.batch)
     if "batch_sizes" in bench_kw:
         bench_kw["batch_sizes"] = tuple(bench_kw["batch_sizes"])
-    for name in ("warmup", "reps", "n_calibration"):
+    for name in ("warmup", "reps", "n_calibration", "calibration_select"):
         v = getattr(args, name, None)
         if v is not None:
             bench_kw[name] = v
@@ -387,6 +388,8 @@ def _add_deploy_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int)
     p.add_argument("--reps", type=int)
     p.add_argument("--n-calibration", dest="n_calibration", type=int)
+    p.add_argument("--calibration-select", dest="calibration_select",
+                   help="how calibration samples are chosen: first (default), random or influence")
     p.add_argument("--calibration", choices=["minmax", "percentile"], help="int8 activation calibration")
     p.add_argument("--percentile", type=float)
     p.add_argument("--int4-block-size", dest="int4_block_size", type=int)
