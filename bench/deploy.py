@@ -20,8 +20,10 @@ from tqdm.auto import tqdm
 
 from bench.energy import RaplReader, energy_figure
 from bench.latency import measure_isolated
+from bench.ood_monitor import ood_entry, ood_reference
 from bench.report import write_report
 from compress import Artifact, PassContext, run_passes
+from compress.calibration_select import check_selector, select_calibration
 from hardware import PlanOptions, Workload, get_target
 from hardware.workload import workload_from_activity, workload_from_module, workload_from_onnx
 from models import get_producer
@@ -43,6 +45,7 @@ class DeployOptions:
     warmup: int = 20
     reps: int = 200
     n_calibration: int = 128
+    calibration_select: str = "first"  # how the calibration samples are chosen: compress.calibration_select
     sensitivity: bool = False
     progress: bool = True
     plan: PlanOptions = field(default_factory=PlanOptions)
@@ -50,6 +53,7 @@ class DeployOptions:
 
     def __post_init__(self):
         self.out = Path(self.out)
+        check_selector(self.calibration_select)
         if not self.batch_sizes or any(int(b) < 1 for b in self.batch_sizes):
             raise EdgesmithError(f"batch sizes {self.batch_sizes} are not all positive.", "use e.g. --batch 1 --batch 64.")
         if self.reps < 5:
@@ -125,6 +129,7 @@ def deploy(opts: DeployOptions) -> Path:
     ref_eval = producer.evaluate(lambda x: torch_rt.run(x).outputs)
     probe = producer.example_inputs(16)
     ref_out = torch_rt.run(probe).outputs
+    ood_ref = ood_reference(producer, lambda x: torch_rt.run(x).outputs, seed=opts.seed)  # None: no OOD inputs
 
     with atomic_path(opts.out, force=opts.force) as tmp:
         tmp.mkdir(parents=True)
@@ -134,7 +139,8 @@ def deploy(opts: DeployOptions) -> Path:
         for variant in plan.variants:
             bar.set_postfix_str(f"{variant.name}: passes")
             ctx = PassContext(workdir=tmp / "artifacts" / variant.name,
-                              calibration=producer.calibration_data(opts.n_calibration),
+                              calibration=select_calibration(producer, opts.n_calibration, opts.calibration_select,
+                                                             seed=opts.seed),
                               example_input=producer.example_inputs(1), seed=opts.seed,
                               sensitivity=opts.sensitivity, progress=opts.progress,
                               evaluate=_artifact_scorer(producer, threads))
@@ -147,7 +153,7 @@ def deploy(opts: DeployOptions) -> Path:
                 bar.set_postfix_str(f"{variant.name}: {label}")
                 try:
                     results.append(_run_variant(target, producer, art, variant.name, rt_name, label, rt_opts,
-                                                threads, opts, ref_out, probe, bpw))
+                                                threads, opts, ref_out, probe, bpw, ood_ref=ood_ref))
                 except Exception as e:
                     # the target's own runtime must work; an optional second backend (TVM) that cannot
                     # compile this model is recorded as a failed run instead of losing every other figure
@@ -170,6 +176,7 @@ def deploy(opts: DeployOptions) -> Path:
             "plan": plan.to_dict(),
             "latency_method": _latency_method(target, opts),
             "reference": {"runtime": "torch", "evaluation": ref_eval.to_dict(), "size_bytes": ref_art.size_bytes()},
+            "ood_reference": None if ood_ref is None else ood_ref.entry,
             "variants": variants,
             "results": results,
             "failed_runs": failed,
@@ -197,7 +204,8 @@ def _artifact_scorer(producer, threads: int):
     return score
 
 
-def _run_variant(target, producer, art, variant_name, rt_name, label, rt_opts, threads, opts, ref_out, probe, bpw) -> dict:
+def _run_variant(target, producer, art, variant_name, rt_name, label, rt_opts, threads, opts, ref_out, probe, bpw,
+                 ood_ref=None) -> dict:
     rt = get_runtime(rt_name, threads=threads, **rt_opts).load(art)
     seen: dict = {}
     # backends that compile per input shape (TVM) evaluate in chunks of the largest timed batch, padded,
@@ -223,6 +231,9 @@ def _run_variant(target, producer, art, variant_name, rt_name, label, rt_opts, t
         "max_abs_diff": float(np.max(np.abs(out - ref_out))),
         "latency": {},
     }
+    if ood_ref is not None:  # OOD scores of this variant vs the fp32 monitor (bench.ood_monitor)
+        row["ood"] = ood_entry(producer, lambda x: (rt.run(x) if chunk is None else _run_chunked(rt, x, chunk)).outputs,
+                                ood_ref, seed=opts.seed)
     if rt.bit_exact_reference:
         row["bit_exact_reference"] = _compare_bit_exact(rt, art, seen)
     n_eval = ev.n_samples

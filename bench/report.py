@@ -115,6 +115,7 @@ def render_markdown(report: dict) -> str:
             a = r["activity"]
             lines.append(f"| {r['variant']} | {r['runtime_label']} | {a['synops']:.1f} | {a['neuron_updates']:.1f} | "
                          f"{a['messages']:.1f} | {a['timesteps']:.1f} |")
+    lines += ood_markdown(report)
     # compression detail
     lines += ["", "## Compression passes", ""]
     for v in report["variants"]:
@@ -212,7 +213,9 @@ def plot_report(report: dict, folder: Path) -> list[str]:
         for p in v["pass_reports"]:
             for layer in p.get("layers", []):
                 err = layer.get("error", {})
-                key = next((k for k in ("output_sqnr_db", "weight_sqnr_db") if k in err), None)
+                # a layer whose output the quantizer fused away (ReLU merged into a MatMul) has no output
+                # SQNR: fall back to its weight SQNR rather than plotting a missing value
+                key = next((k for k in ("output_sqnr_db", "weight_sqnr_db") if err.get(k) is not None), None)
                 if key is not None:
                     layer_rows.append((f"{v['name']}:{p['config']['kind']}", layer["name"], key, err[key]))
     if layer_rows:
@@ -228,7 +231,71 @@ def plot_report(report: dict, folder: Path) -> list[str]:
         fig.savefig(folder / "per_layer_error.png", dpi=110)
         plt.close(fig)
         written.append("per_layer_error.png")
+    written += plot_ood(report, folder)
     return written
+
+
+def ood_markdown(report: dict) -> list[str]:
+    """The OOD-monitor section (bench.ood_monitor): each score's AUROC and its shift against fp32."""
+    ref = report.get("ood_reference")
+    rows = [r for r in report["results"] if r.get("ood")]
+    if not ref or not rows:
+        return []
+    sets = [k for k in ref["auroc"]["msp"] if k != "pooled"]
+    scores = [k for k in ref["auroc"] if k != "oracle"]
+    lines = ["", "## OOD scores (fp32 monitor vs compressed)", "",
+             "AUROC of held-out ID inputs (positive) against each OOD set, scores from each runtime's outputs; "
+             "KS = Kolmogorov-Smirnov distance to the torch fp32 scores on the same inputs; "
+             "ID flagged = share of ID inputs below the fp32 threshold that keeps 95% of ID (0.05 if nothing moved).",
+             "",
+             "| variant | runtime | score | " + " | ".join(sets) + " | pooled | KS ID | KS OOD | mean shift ID | ID flagged |",
+             "|" + "---|" * (8 + len(sets))]
+    entries = [("torch fp32", "torch", ref)] + [(r["variant"], r["runtime_label"], r["ood"]) for r in rows]
+    for variant, rt, e in entries:
+        for s in scores:
+            a = e["auroc"][s]
+            sh = e.get("shift_vs_fp32", {}).get(s)
+            lines.append(f"| {variant} | {rt} | {s} | " + " | ".join(f"{a[k]:.3f}" for k in sets) + f" | {a['pooled']:.3f} | "
+                         + (f"{sh['ks_id']:.3f} | {sh['ks_ood']:.3f} | {sh['mean_shift_id']:+.3g}" if sh else "- | - | -")
+                         + f" | {e['id_flag_rate_at_fp32_threshold'][s]:.3f} |")
+        if "oracle" in e["auroc"]:
+            lines.append(f"| {variant} | {rt} | oracle probe | " + " | ".join(f"{e['auroc']['oracle'][k]:.3f}" for k in sets)
+                         + " | - | - | - | - | - |")
+    return lines
+
+
+def plot_ood(report: dict, folder: Path) -> list[str]:
+    """One PNG: per score, ID and pooled-OOD score histograms of each run over the fp32 reference's."""
+    ref = report.get("ood_reference")
+    rows = [r for r in report["results"] if r.get("ood")]
+    if not ref or not rows:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scores = list(ref["hist"])
+    fig, axes = plt.subplots(len(scores), len(rows), figsize=(3.2 * len(rows), 2.4 * len(scores)), squeeze=False)
+    for i, s in enumerate(scores):
+        edges = np.asarray(ref["hist"][s]["edges"])
+        for j, r in enumerate(rows):
+            ax = axes[i, j]
+            for src, style in ((ref, {"ls": "--", "alpha": 0.6}), (r["ood"], {})):
+                h = src["hist"][s]
+                for part, color in (("id", "C0"), ("ood", "C3")):
+                    counts = np.asarray(h[part], dtype=float)
+                    ax.stairs(counts / max(counts.sum(), 1), edges, **({"color": color} | style),
+                              label=f"{'fp32' if src is ref else 'this'} {part.upper()}")
+            ax.set_title(f"{s}: {r['variant']} / {r['runtime_label']}", fontsize=8)
+            ax.tick_params(labelsize=7)
+            if i == 0 and j == 0:
+                ax.legend(fontsize=6)
+    fig.suptitle(f"{report['model']}: OOD score distributions, this run (solid) vs torch fp32 (dashed); blue ID, red OOD")
+    fig.tight_layout()
+    fig.savefig(folder / "ood_scores.png", dpi=100)
+    plt.close(fig)
+    return ["ood_scores.png"]
 
 
 def write_report(report: dict, folder: Path) -> None:

@@ -20,6 +20,8 @@ PRODUCER_MODULES = (
     "models.dpfl.producer",  # dpfl-logreg
     "models.wavegc.producer",  # wavegc
     "models.gnn_causal.producer",  # gnn-iia
+    "models.ood.producer",  # ood-gauss
+    "models.tsv.producer",  # tsv-rwkv
     "models.influence.producer",  # noise-cnn
     "models.ctrl.producer",  # ctrl-critic
     "models.scaling.producer",  # scaling-student

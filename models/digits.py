@@ -114,6 +114,15 @@ class DigitsMLP(Producer):
         _, x_te, _, y_te = self._split()
         return x_te, y_te
 
+    def ood_inputs(self) -> dict[str, np.ndarray]:
+        """Held-out digits, and three shifts of them for the OOD monitor: uniform-noise images,
+        digits rotated by 90 degrees and digits with inverted intensities (all in [0, 1])."""
+        x_te = self.test_data()[0]
+        rng = np.random.default_rng(self.seed + 1)
+        rotated = np.rot90(x_te.reshape(-1, 8, 8), k=1, axes=(1, 2)).reshape(len(x_te), 64)
+        return {"id": x_te, "noise": rng.uniform(0.0, 1.0, x_te.shape).astype(np.float32),
+                "rotated": np.ascontiguousarray(rotated), "inverted": (1.0 - x_te).astype(np.float32)}
+
     def evaluate(self, predict) -> Evaluation:
         x_te, y_te = self.test_data()
         logits = np.asarray(predict(x_te))
