@@ -164,3 +164,11 @@ def test_model_option_without_equals_is_a_user_error(capsys, tmp_path):
                            "--model-option", "tiny")
     assert_user_error(code, err, "KEY=VALUE")
     assert not (tmp_path / "o").exists()
+
+
+def test_recipe_model_options_reach_the_producer(capsys, tmp_path):
+    # an option digits-mlp does not take proves the [model_options] table was passed through, not dropped
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('model = "digits-mlp"\ntarget = "host-cpu"\n[model_options]\nno_such = 1\n')
+    code, _, err = run_cli(capsys, "deploy", "--recipe", recipe, "--out", tmp_path / "r")
+    assert_user_error(code, err, "does not take these options", "no_such")
