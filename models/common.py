@@ -13,7 +13,7 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -153,3 +153,22 @@ class Config:
             raise EdgesmithError(f"{cls.__name__} has no option(s) {', '.join(unknown)}.",
                                  f"valid options: {', '.join(sorted(names))}.")
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+
+def load_or_train(model, path: Path, train: Callable[[], Any]) -> Any:
+    """Load ``model``'s weights from the cache file ``path``, or call ``train()`` (which fits ``model``
+    in place) and cache the result atomically. A damaged cache entry is deleted and retrained, never
+    trusted. Returns what ``train`` returned, or None when the weights came from the cache."""
+    import torch
+
+    path = Path(path)
+    if path.exists():
+        try:
+            model.load_state_dict(torch.load(path, weights_only=True))
+            return None
+        except Exception:  # any unreadable or mismatched entry: retrain
+            path.unlink(missing_ok=True)
+    result = train()
+    with atomic_path(path, force=True) as tmp:
+        torch.save(model.state_dict(), tmp)
+    return result

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import atomic_path, cache_dir
+from models.common import cache_dir, load_or_train
 from models.gnn_causal.config import DataConfig, ModelConfig, TrainConfig
 from models.gnn_causal.data import N_CLASSES, counterfactual_labels, load_splits, pack
 from models.gnn_causal.gnn import CausalGNN
@@ -69,16 +69,9 @@ class GnnIiaProducer(Producer):
         """Train (deterministic for the seed) or load the identical weights cached by an earlier build."""
         model = self._new_model()
         path = self._cache_path()
-        if path.exists():
-            try:
-                model.load_state_dict(torch.load(path, weights_only=True))
-                self.module_ = model.eval()
-                return self
-            except Exception:  # a damaged cache entry is retrained, never trusted
-                path.unlink(missing_ok=True)
-        self.history_ = train(model, self.splits()["train"], self.train_cfg)
-        with atomic_path(path, force=True) as tmp:
-            torch.save(model.state_dict(), tmp)
+        history = load_or_train(model, path, lambda: train(model, self.splits()["train"], self.train_cfg))
+        if history is not None:
+            self.history_ = history
         self.module_ = model.eval()
         return self
 

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import atomic_path, cache_dir
+from models.common import cache_dir, load_or_train
 from models.lrnn.data import HOP, N_BINS, SR, DataConfig, features, load_splits, stft
 from models.lrnn.s5 import S5Config, S5Denoiser
 from models.lrnn.train import TrainConfig, score, train
@@ -49,16 +49,9 @@ class LrnnDenoiser(Producer):
     def build(self) -> "LrnnDenoiser":
         path = self._cache_path()
         model = S5Denoiser(self.model_cfg, seed=self.seed)
-        if path.exists():
-            try:
-                model.load_state_dict(torch.load(path, weights_only=True))
-                self.module_ = model.eval()
-                return self
-            except Exception:  # a damaged cache entry is rebuilt, never trusted
-                path.unlink(missing_ok=True)
-        self.history_ = train(model, self.splits()["train"], self.train_cfg)
-        with atomic_path(path, force=True) as tmp:
-            torch.save(model.state_dict(), tmp)
+        history = load_or_train(model, path, lambda: train(model, self.splits()["train"], self.train_cfg))
+        if history is not None:
+            self.history_ = history
         self.module_ = model.eval()
         return self
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import atomic_path, cache_dir
+from models.common import cache_dir, load_or_train
 from models.wavegc.config import DataConfig, TrainConfig, WaveGCConfig
 from models.wavegc.data import N_FEATURES, load_splits
 from models.wavegc.train import score, train
@@ -58,16 +58,9 @@ class WaveGCProducer(Producer):
         torch.manual_seed(self.seed)
         model = WaveGC(self.model_cfg)
         path = self._cache_path()
-        if path.exists():
-            try:
-                model.load_state_dict(torch.load(path, weights_only=True))
-                self.module_ = model.eval()
-                return self
-            except Exception:  # a damaged cache entry is retrained, never trusted
-                path.unlink(missing_ok=True)
-        self.history_ = train(model, self.splits()["train"], self.train_cfg)
-        with atomic_path(path, force=True) as tmp:
-            torch.save(model.state_dict(), tmp)
+        history = load_or_train(model, path, lambda: train(model, self.splits()["train"], self.train_cfg))
+        if history is not None:
+            self.history_ = history
         self.module_ = model.eval()
         return self
 
