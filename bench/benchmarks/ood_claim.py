@@ -26,7 +26,8 @@ import torch
 from tqdm.auto import tqdm
 
 from models import get_producer
-from models.common import EdgesmithError, atomic_path, write_json
+from bench.benchmarks.claim_io import refuse_existing, write_claim
+from models.common import EdgesmithError
 from models.ood.data import OOD_SETS
 from models.ood.scores import SCORES, all_scores, fit_mahalanobis
 
@@ -169,15 +170,9 @@ def main(argv=None) -> int:
     if any(s < 0 for s in seeds):
         raise EdgesmithError(f"seeds {seeds} include a negative one.", "use seeds >= 0.")
     out = Path(a.out)
-    if out.exists() and not a.force:
-        raise EdgesmithError(f"{out} already exists.", "choose another --out folder or pass --force.")
+    refuse_existing(out, a.force)
     result, dists = run(seeds, a.quick)
-    with atomic_path(out, force=a.force) as tmp:
-        tmp.mkdir(parents=True)
-        result["plots"] = plot(result, dists, tmp)
-        write_json(tmp / "table.json", result)
-        (tmp / "table.md").write_text(markdown(result))
-    print(markdown(result))
+    print(write_claim(out, a.force, result, markdown, lambda folder: plot(result, dists, folder)))
     return 0
 
 

@@ -28,7 +28,8 @@ import torch
 from tqdm.auto import tqdm
 
 from models import get_producer
-from models.common import EdgesmithError, atomic_path, write_json
+from bench.benchmarks.claim_io import refuse_existing, write_claim
+from models.common import EdgesmithError
 from models.ood.scores import auroc
 from models.tsv.facts import corpus
 from models.tsv.method import SteeredRWKV, embed, train_tsv, truth_scores
@@ -237,19 +238,13 @@ def main(argv=None) -> int:
     if any(s < 0 for s in seeds):
         raise EdgesmithError(f"seeds {seeds} include a negative one.", "use seeds >= 0.")
     out = Path(a.out)
-    if out.exists() and not a.force:
-        raise EdgesmithError(f"{out} already exists.", "choose another --out folder or pass --force.")
+    refuse_existing(out, a.force)
     threads = torch.get_num_threads()
     try:
         result, first = run(seeds, a.quick, a.bits)
     finally:
         torch.set_num_threads(threads)
-    with atomic_path(out, force=a.force) as tmp:
-        tmp.mkdir(parents=True)
-        result["plots"] = plot(result, first, tmp)
-        write_json(tmp / "table.json", result)
-        (tmp / "table.md").write_text(markdown(result))
-    print(markdown(result))
+    print(write_claim(out, a.force, result, markdown, lambda folder: plot(result, first, folder)))
     return 0
 
 

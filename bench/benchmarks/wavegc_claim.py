@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from models.common import atomic_path, write_json
+from bench.benchmarks.claim_io import refuse_existing, write_claim
+from models.common import atomic_path
 from models.wavegc.config import DataConfig, TrainConfig, WaveGCConfig
 from models.wavegc.data import N_FEATURES, load_splits
 from models.wavegc.train import predict_torch, score, train
@@ -147,18 +148,9 @@ def main(argv=None) -> int:
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--quick", action="store_true", help="tiny settings (seconds), for tests")
     args = ap.parse_args(argv)
-    if args.out.exists() and not args.force:
-        from models.common import EdgesmithError
-
-        raise EdgesmithError(f"{args.out} already exists.", "choose another --out or pass --force to replace it.")
+    refuse_existing(args.out, args.force)
     result = run(quick=args.quick, progress=sys.stderr.isatty())
-    md = markdown(result)
-    with atomic_path(args.out, force=args.force) as tmp:
-        tmp.mkdir(parents=True)
-        write_json(tmp / "table.json", result)
-        (tmp / "table.md").write_text(md)
-        plot(result, tmp / "claim.png")
-    print(md)
+    print(write_claim(args.out, args.force, result, markdown, lambda folder: plot(result, folder / "claim.png")))
     return 0
 
 

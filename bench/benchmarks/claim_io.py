@@ -1,0 +1,29 @@
+"""Output of the claim-reproduction commands: refuse an existing folder before any work, then write
+``table.json``, ``table.md`` and the plots into a temporary folder that is renamed into place."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from models.common import EdgesmithError, atomic_path, write_json
+
+
+def refuse_existing(out: Path, force: bool) -> None:
+    """Fail before an expensive run when ``out`` exists and ``--force`` was not given."""
+    if Path(out).exists() and not force:
+        raise EdgesmithError(f"{out} already exists.", "choose another --out or pass --force to replace it.")
+
+
+def write_claim(out: Path, force: bool, result: dict, markdown: Callable[[dict], str],
+                draw: Callable[[Path], list | None]) -> str:
+    """Draw the plots into the new folder (``draw(folder)``; a returned list of file names is recorded
+    as ``result["plots"]``), then write the JSON and the Markdown table; returns the Markdown."""
+    with atomic_path(Path(out), force=force) as tmp:
+        tmp.mkdir(parents=True)
+        plots = draw(tmp)
+        if plots is not None:
+            result["plots"] = plots
+        md = markdown(result)
+        write_json(tmp / "table.json", result)
+        (tmp / "table.md").write_text(md)
+    return md
