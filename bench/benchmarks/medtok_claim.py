@@ -20,7 +20,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from models.common import EdgesmithError, atomic_path, write_json
+from bench.benchmarks.claim_io import refuse_existing, write_claim
+from models.common import EdgesmithError, atomic_path
 from models.medtok.data import Ontology, OntologyConfig
 from models.medtok.tokenizer import MedTokTokenizer, TextVQTokenizer, TokenizerConfig
 from models.medtok.train import DeepSetsHead, TrainConfig, auprc, code_tokens, codebook_usage, train_head, train_tokenizer
@@ -130,8 +131,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     a = ap.parse_args(argv)
     out = Path(a.out)
-    if out.exists() and not a.force:
-        raise EdgesmithError(f"{out} already exists.", "choose another --out folder or pass --force.")
+    refuse_existing(out, a.force)
     seeds = a.seeds[:2] if a.quick else a.seeds
     if not seeds:
         raise EdgesmithError("no seeds given.", "pass --seeds 0 1 2.")
@@ -148,13 +148,7 @@ def main(argv=None) -> int:
            "train_config": {k: v for k, v in train.__dict__.items() if k != "seed"},
            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "wall_seconds": time.perf_counter() - t0}
-    md = to_markdown(res)
-    with atomic_path(out, force=a.force) as tmp:
-        tmp.mkdir(parents=True)
-        write_json(tmp / "table.json", res)
-        (tmp / "table.md").write_text(md)
-        plot(res, tmp / "auprc_usage.png")
-    print(md)
+    print(write_claim(out, a.force, res, to_markdown, lambda folder: plot(res, folder / "auprc_usage.png")))
     return 0
 
 

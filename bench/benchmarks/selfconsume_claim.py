@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +20,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from models.common import EdgesmithError, atomic_path
+from bench.benchmarks.claim_io import refuse_existing, write_claim
+from models.common import atomic_path
 from models.selfconsume.loop import LoopConfig, run_loop
 
 CONDITIONS = {
@@ -143,8 +143,7 @@ def main(argv=None) -> int:
         base = LoopConfig(rounds=2, k=80, n_real=200, n_eval=200, reward_steps=10)
         a.seeds, a.conditions, a.real_fractions = [0], ["benign", "flip-gap 20%"], [0.0]
     out = Path(a.out)
-    if out.exists() and not a.force:
-        raise EdgesmithError(f"{out} already exists.", "choose another --out folder or pass --force.")
+    refuse_existing(out, a.force)
     t0 = time.perf_counter()
     runs = run(base, a.conditions, a.real_fractions, a.seeds, progress=not a.no_progress)
     result = {"settings": {"rounds": base.rounds, "k": base.k, "keep": base.keep, "budget": base.budget,
@@ -152,13 +151,7 @@ def main(argv=None) -> int:
                            "quick": a.quick, "base_config": base.to_dict()},
               "runs": runs, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
               "wall_s": time.perf_counter() - t0}
-    md = table_md(result)
-    with atomic_path(out, force=a.force) as tmp:
-        tmp.mkdir(parents=True)
-        (tmp / "table.json").write_text(json.dumps(result, indent=2) + "\n")
-        (tmp / "table.md").write_text(md)
-        plot(result, tmp / "selfconsume_claim.png")
-    print(md)
+    print(write_claim(out, a.force, result, table_md, lambda folder: plot(result, folder / "selfconsume_claim.png")))
     return 0
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from models.common import EdgesmithError, atomic_path, write_json
+from bench.benchmarks.claim_io import refuse_existing, write_claim
+from models.common import EdgesmithError, atomic_path
 from models.skew.producer import atlas_graphs, permute_graphs
 from models.skew.spectrum import correlation_bruteforce, skew_spectrum, spectrum_patterns
 
@@ -165,20 +166,13 @@ def main(argv=None) -> int:
     if a.perms < 0:
         raise EdgesmithError(f"--perms {a.perms} is negative.", "use 0 or more relabellings per graph.")
     out = Path(a.out)
-    if out.exists() and not a.force:
-        raise EdgesmithError(f"{out} already exists.", "choose another --out folder or pass --force.")
+    refuse_existing(out, a.force)
     ks = [k for k in a.ks if k <= 3] if a.quick else a.ks
     t0 = time.perf_counter()
     res = run(ks, a.perms, a.seed, 150 if a.quick else None, bruteforce=not a.quick)
     res.update(date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), quick=a.quick,
                wall_seconds=time.perf_counter() - t0, command="python -m bench.benchmarks.skew_claim " + " ".join(argv or []))
-    md = to_markdown(res)
-    with atomic_path(out, force=a.force) as tmp:
-        tmp.mkdir(parents=True)
-        write_json(tmp / "table.json", res)
-        (tmp / "table.md").write_text(md)
-        plot(res, tmp / "distinct_vs_k.png")
-    print(md)
+    print(write_claim(out, a.force, res, to_markdown, lambda folder: plot(res, folder / "distinct_vs_k.png")))
     return 0
 
 

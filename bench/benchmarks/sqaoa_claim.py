@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
+from bench.benchmarks.claim_io import refuse_existing, write_claim
 from models.common import EdgesmithError, atomic_path
 from models.sqaoa.graphs import agreement, brute_force, erdos_renyi_signed, set_partitions
 from models.sqaoa.onehot import solve_onehot
@@ -177,8 +177,7 @@ def main(argv=None) -> int:
     if min(a.sizes) < 3 or max(a.sizes) > 10 or a.graphs < 1 or min(a.depths) < 1:
         raise EdgesmithError("sizes must lie in 3..10, depths >= 1 and graphs >= 1.", "fix --sizes/--depths/--graphs.")
     out = Path(a.out)
-    if out.exists() and not a.force:
-        raise EdgesmithError(f"{out} already exists.", "choose another --out folder or pass --force.")
+    refuse_existing(out, a.force)
     t0 = time.perf_counter()
     result = run(a.sizes, a.depths, a.graphs, a.t, a.budget_per_param, a.onehot_max_qubits, a.seed,
                  progress=not a.no_progress)
@@ -187,13 +186,7 @@ def main(argv=None) -> int:
                           "seed": a.seed, "p_edge": 0.5, "quick": a.quick}
     result["date"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     result["wall_s"] = time.perf_counter() - t0
-    md = table_md(result)
-    with atomic_path(out, force=a.force) as tmp:
-        tmp.mkdir(parents=True)
-        (tmp / "table.json").write_text(json.dumps(result, indent=2) + "\n")
-        (tmp / "table.md").write_text(md)
-        plot(result, tmp / "sqaoa_claim.png")
-    print(md)
+    print(write_claim(out, a.force, result, table_md, lambda folder: plot(result, folder / "sqaoa_claim.png")))
     return 0
 
 
