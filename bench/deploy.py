@@ -131,6 +131,9 @@ def deploy(opts: DeployOptions) -> Path:
     ref_out = torch_rt.run(probe).outputs
     ood_ref = ood_reference(producer, lambda x: torch_rt.run(x).outputs, seed=opts.seed)  # None: no OOD inputs
 
+    # one calibration set for every variant: the influence selector runs the fp32 model over its pool
+    calibration = select_calibration(producer, opts.n_calibration, opts.calibration_select, seed=opts.seed)
+
     with atomic_path(opts.out, force=opts.force) as tmp:
         tmp.mkdir(parents=True)
         results, variants, failed = [], [], []
@@ -139,8 +142,7 @@ def deploy(opts: DeployOptions) -> Path:
         for variant in plan.variants:
             bar.set_postfix_str(f"{variant.name}: passes")
             ctx = PassContext(workdir=tmp / "artifacts" / variant.name,
-                              calibration=select_calibration(producer, opts.n_calibration, opts.calibration_select,
-                                                             seed=opts.seed),
+                              calibration=calibration,
                               example_input=producer.example_inputs(1), seed=opts.seed,
                               sensitivity=opts.sensitivity, progress=opts.progress,
                               evaluate=_artifact_scorer(producer, threads))
