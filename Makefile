@@ -19,7 +19,7 @@ $(VENV)/.espeak: | $(STAMP)
 	command -v espeak-ng || (apt-get update && apt-get install -y espeak-ng)
 	@touch $@
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	@test -x $(VENV)/bin/python || $(PY311) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip setuptools wheel
 	$(VENV)/bin/python -m pip install -q -e '.[test]'

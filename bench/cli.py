@@ -27,8 +27,8 @@ import tempfile
 import tomllib
 from pathlib import Path
 
-from hardware.base import PlanOptions
-from models.common import EdgesmithError, atomic_path, write_json
+from edgesmith.hardware.base import PlanOptions
+from edgesmith.common import EdgesmithError, atomic_path, write_json
 
 RECIPE_KEYS = {
     "top": {"model", "target", "out", "seed", "threads", "force", "sensitivity"},
@@ -64,7 +64,7 @@ def _load_recipe(path: str | None) -> dict:
 
 
 def cmd_targets(args) -> int:
-    from hardware import get_target, target_names
+    from edgesmith.hardware import get_target, target_names
 
     descs = [get_target(n).describe() for n in target_names()]
     if args.json:
@@ -83,7 +83,7 @@ def cmd_targets(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from models import get_producer, producer_names
+    from edgesmith.models import get_producer, producer_names
 
     for n in producer_names():
         p = get_producer(n)
@@ -92,7 +92,7 @@ def cmd_models(args) -> int:
 
 
 def cmd_passes(args) -> int:
-    from compress.base import pass_config_type, pass_kinds
+    from edgesmith.compress.base import pass_config_type, pass_kinds
 
     for k in pass_kinds():
         cls = pass_config_type(k)
@@ -102,8 +102,8 @@ def cmd_passes(args) -> int:
 
 
 def _producer_artifact(model: str, seed: int):
-    from compress import Artifact
-    from models import get_producer
+    from edgesmith.compress import Artifact
+    from edgesmith.models import get_producer
 
     producer = get_producer(model, seed=seed).build()
     return producer, Artifact("torch", module=producer.module, meta={"input_shape": list(producer.input_shape)})
@@ -112,7 +112,7 @@ def _producer_artifact(model: str, seed: int):
 def _onnx_artifact(path: Path):
     import onnx
 
-    from compress import Artifact
+    from edgesmith.compress import Artifact
 
     if not path.is_file():
         raise EdgesmithError(f"model file {path} does not exist.", "check the path.")
@@ -131,7 +131,7 @@ def _onnx_artifact(path: Path):
 def _load_calibration(path: str | None, n: int):
     import numpy as np
 
-    from models.common import check_finite_array
+    from edgesmith.common import check_finite_array
 
     if path is None:
         return None
@@ -146,8 +146,8 @@ def _load_calibration(path: str | None, n: int):
 
 
 def cmd_export(args) -> int:
-    from compress import PassContext, run_passes
-    from compress.export_onnx import ExportOnnxConfig
+    from edgesmith.compress import PassContext, run_passes
+    from edgesmith.compress.export_onnx import ExportOnnxConfig
 
     out = Path(args.out)
     if out.exists() and not args.force:
@@ -163,11 +163,11 @@ def cmd_export(args) -> int:
 
 
 def cmd_quantize(args) -> int:
-    from compress import PassContext, config_from_dict, run_passes
-    from compress.export_onnx import ExportOnnxConfig
+    from edgesmith.compress import PassContext, config_from_dict, run_passes
+    from edgesmith.compress.export_onnx import ExportOnnxConfig
 
     if args.model == "rwkv":  # a language model with a recurrent state: its own quantizers and report
-        from bench.rwkv import quantize_rwkv_cli
+        from edgesmith.bench.rwkv import quantize_rwkv_cli
 
         quantize_rwkv_cli(args.rwkv_model, method=args.method, bits=args.bits, out=args.out,
                           group_size=args.group_size, sq_percentile=args.sq_percentile,
@@ -210,7 +210,7 @@ def cmd_quantize(args) -> int:
         ctx = PassContext(workdir=Path(work), calibration=calib, example_input=example, seed=args.seed,
                           sensitivity=args.sensitivity, progress=not args.quiet)
         if args.sensitivity and producer is not None:
-            from bench.deploy import _artifact_scorer
+            from edgesmith.bench.deploy import _artifact_scorer
 
             ctx.evaluate = _artifact_scorer(producer, os.cpu_count() or 1)
         result, reports = run_passes(art, passes, ctx)
@@ -222,8 +222,8 @@ def cmd_quantize(args) -> int:
     print(f"wrote {out} ({final.size_before_bytes:,} -> {final.size_after_bytes:,} bytes"
           + (f", {final.bits_per_weight:.2f} bits/weight" if final.bits_per_weight else "") + f"); report {report_path}")
     if producer is not None:
-        from compress import Artifact
-        from runtimes import get_runtime
+        from edgesmith.compress import Artifact
+        from edgesmith.runtimes import get_runtime
 
         rt = get_runtime("onnxruntime").load(Artifact("onnx", path=out, meta=dict(result.meta)))
         ev = producer.evaluate(lambda x: rt.run(x).outputs)
@@ -234,7 +234,7 @@ def cmd_quantize(args) -> int:
 def cmd_bench(args) -> int:
     import numpy as np
 
-    from bench.latency import measure_isolated
+    from edgesmith.bench.latency import measure_isolated
 
     art = _onnx_artifact(Path(args.artifact))
     shape = art.meta.get("input_shape")
@@ -269,8 +269,8 @@ def cmd_bench(args) -> int:
 
 
 def _deploy_options(args, recipe: dict):
-    from bench.deploy import DeployOptions
-    from hardware import PlanOptions
+    from edgesmith.bench.deploy import DeployOptions
+    from edgesmith.hardware import PlanOptions
 
     plan_kw = dict(recipe.get("plan", {}))
     bench_kw = dict(recipe.get("bench", {}))
@@ -333,10 +333,10 @@ def parse_model_options(items: list[str]) -> dict:
 
 
 def cmd_deploy(args) -> int:
-    from bench.deploy import deploy
+    from edgesmith.bench.deploy import deploy
 
     if args.model == "rwkv":  # perplexity + decode speed, not the classifier pipeline
-        from bench.rwkv import deploy_rwkv, options_from_args
+        from edgesmith.bench.rwkv import deploy_rwkv, options_from_args
 
         print(f"report: {deploy_rwkv(options_from_args(args)) / 'report.md'}")
         return 0
@@ -353,7 +353,7 @@ def cmd_deploy(args) -> int:
 
 
 def _deploy_lrnn(args) -> int:
-    from bench.benchmarks.lrnn_deploy import LrnnPlan, deploy_lrnn
+    from edgesmith.bench.benchmarks.lrnn_deploy import LrnnPlan, deploy_lrnn
 
     if args.target not in (None, "loihi2"):
         raise EdgesmithError(f"`deploy lrnn` targets loihi2 (with the Jetson comparison inside), not {args.target!r}.",
@@ -367,7 +367,7 @@ def _deploy_lrnn(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from bench.demo import run_demo
+    from edgesmith.bench.demo import run_demo
 
     out = run_demo(Path(args.out), force=args.force, quick=args.quick, progress=not args.quiet,
                    tune_trials=args.tvm_tune_trials)

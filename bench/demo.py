@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.deploy import DeployOptions, deploy
-from bench.report import _fmt_j, _fmt_s
-from hardware import PlanOptions
-from models.common import EdgesmithError, atomic_path, write_json
+from edgesmith.bench.deploy import DeployOptions, deploy
+from edgesmith.bench.report import _fmt_j, _fmt_s
+from edgesmith.hardware import PlanOptions
+from edgesmith.common import EdgesmithError, atomic_path, write_json
 
 
 def demo_runs(quick: bool, tune_trials: int) -> list[tuple[str, str, PlanOptions, dict]]:

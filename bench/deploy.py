@@ -18,17 +18,17 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from bench.energy import RaplReader, energy_figure
-from bench.latency import measure_isolated
-from bench.ood_monitor import ood_entry, ood_reference
-from bench.report import write_report
-from compress import Artifact, PassContext, run_passes
-from compress.calibration_select import check_selector, select_calibration
-from hardware import PlanOptions, Workload, get_target
-from hardware.workload import workload_from_activity, workload_from_module, workload_from_onnx
-from models import get_producer
-from models.common import EdgesmithError, atomic_path
-from runtimes import RunResult, get_runtime
+from edgesmith.bench.energy import RaplReader, energy_figure
+from edgesmith.bench.latency import measure_isolated
+from edgesmith.bench.ood_monitor import ood_entry, ood_reference
+from edgesmith.bench.report import write_report
+from edgesmith.compress import Artifact, PassContext, run_passes
+from edgesmith.compress.calibration_select import check_selector, select_calibration
+from edgesmith.hardware import PlanOptions, Workload, get_target
+from edgesmith.hardware.workload import workload_from_activity, workload_from_module, workload_from_onnx
+from edgesmith.models import get_producer
+from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.runtimes import RunResult, get_runtime
 
 __version__ = "0.1.0"
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from hardware.base import Target, Workload, get_target
-from models.common import EdgesmithError
+from edgesmith.hardware.base import Target, Workload, get_target
+from edgesmith.common import EdgesmithError
 
 METHOD = "RAPL powercap sysfs"
 _ZONE_RE = re.compile(r"^(intel|amd)-rapl:(\d+)(?::(\d+))?$")

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from compress.base import Artifact
+from edgesmith.compress.base import Artifact
 
 
 def peak_rss_bytes() -> int:

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from models.common import EdgesmithError
-from models.ood.scores import SCORES, MahalanobisFit, all_scores, auroc, fit_mahalanobis, oracle_probe_auroc
+from edgesmith.common import EdgesmithError
+from edgesmith.models.ood.scores import SCORES, MahalanobisFit, all_scores, auroc, fit_mahalanobis, oracle_probe_auroc
 
 N_FIT = 512
 N_BINS = 30

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.common import write_json
+from edgesmith.common import write_json
 
 
 def _fmt_s(s: float | None) -> str:

@@ -23,15 +23,15 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from bench.benchmarks.rwkv_quant_table import METHODS, markdown, plot, run_model
-from bench.deploy import environment
-from bench.latency import REPO_ROOT
-from models.common import EdgesmithError, atomic_path, write_json
+from edgesmith.bench.benchmarks.rwkv_quant_table import METHODS, markdown, plot, run_model
+from edgesmith.bench.deploy import environment
+from edgesmith.bench.latency import REPO_ROOT
+from edgesmith.common import EdgesmithError, atomic_path, write_json
 
 REF_MODELS = ("rwkv6-ref", "rwkv7-ref")
 BITS = (3, 4)
 TARGET = "host-cpu"
-DECODE_SCRIPT = "bench.benchmarks.rwkv_decode_speed"
+DECODE_SCRIPT = "edgesmith.bench.benchmarks.rwkv_decode_speed"
 
 
 # --- quantize ---------------------------------------------------------------------------------------
@@ -59,9 +59,9 @@ def load_rwkv_source(spec: str | None, seed: int = 0):
     The data producer supplies calibration windows (training split) and the held-out evaluation; for a
     user's checkpoint it is the reference producer of the same RWKV version, never built.
     """
-    from models import get_producer
-    from models.rwkv.checkpoint import load_rwkv
-    from models.rwkv.producer import RWKV6Reference, RWKV7Reference
+    from edgesmith.models import get_producer
+    from edgesmith.models.rwkv.checkpoint import load_rwkv
+    from edgesmith.models.rwkv.producer import RWKV6Reference, RWKV7Reference
 
     spec = spec or "rwkv7-ref"
     if spec in REF_MODELS:
@@ -109,7 +109,7 @@ def quantize_rwkv_cli(model_spec: str | None, *, method: str | None, bits, out: 
 
 def _quantize(model_spec, method, bits, out: Path, group_size, sq_percentile, n_calibration, seed, force, progress,
               threads) -> dict:
-    from compress.rwkvquant import load_quantized, make_config, quantize_rwkv, save_quantized
+    from edgesmith.compress.rwkvquant import load_quantized, make_config, quantize_rwkv, save_quantized
 
     report_path = out.with_suffix(out.suffix + ".report.json")
     for p in (out, report_path):
@@ -310,7 +310,7 @@ def deploy_rwkv(opts: RWKVDeployOptions) -> Path:
     """Perplexity table, RWKVQuant per-layer decisions, plots and decode speed -> ``opts.out`` (atomic)."""
     import torch
 
-    from hardware import get_target
+    from edgesmith.hardware import get_target
 
     if opts.out.exists() and not opts.force:
         raise EdgesmithError(f"output folder {opts.out} already exists.",
@@ -354,7 +354,7 @@ def deploy_rwkv(opts: RWKVDeployOptions) -> Path:
                                 "calibration windows come from the training split; perplexity is scored on the "
                                 "held-out split only",
                                 "quantized checkpoints are in checkpoints/ (load with "
-                                "compress.rwkvquant.load_quantized); file size is their size on disk"]}
+                                "edgesmith.compress.rwkvquant.load_quantized); file size is their size on disk"]}
             write_json(tmp / "report.json", report)
             (tmp / "report.md").write_text(render_markdown(report))
     finally:

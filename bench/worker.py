@@ -1,6 +1,6 @@
 """The fresh process behind ``bench.latency.measure_isolated``: load one artifact, time it, report.
 
-    python -m bench.worker WORKDIR
+    python -m edgesmith.bench.worker WORKDIR
 
 WORKDIR holds ``spec.json`` (runtime, threads, counts, artifact) and ``inputs.npy``. The worker
 writes ``result.json`` (latency samples and memory) and ``outputs.npy``; a user error is written to
@@ -39,7 +39,7 @@ class _ExportedModule:
 
 
 def _load_artifact(spec: dict):
-    from compress.base import Artifact
+    from edgesmith.compress.base import Artifact
 
     if spec["format"] == "torch":
         import torch
@@ -54,10 +54,10 @@ def measure(workdir: Path) -> None:
     x = np.load(workdir / "inputs.npy")
     library = _BACKEND_LIBRARIES.get(spec["runtime"])
 
-    from bench.latency import measure_latency
-    from bench.memory import current_rss_bytes, peak_rss_bytes
-    from models.common import write_json
-    from runtimes import get_runtime
+    from edgesmith.bench.latency import measure_latency
+    from edgesmith.bench.memory import current_rss_bytes, peak_rss_bytes
+    from edgesmith.common import write_json
+    from edgesmith.runtimes import get_runtime
 
     if library is not None:
         try:
@@ -80,11 +80,11 @@ def measure(workdir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from models.common import EdgesmithError, write_json
+    from edgesmith.common import EdgesmithError, write_json
 
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m bench.worker WORKDIR", file=sys.stderr)
+        print("usage: python -m edgesmith.bench.worker WORKDIR", file=sys.stderr)
         return 2
     workdir = Path(argv[0])
     try:

@@ -3,7 +3,7 @@
 Registration: one line per pass module in ``PASS_MODULES``; the modules are imported on the first
 registry query (so importing ``compress.base`` alone does not import torch).
 """
-from compress.base import (
+from edgesmith.compress.base import (
     Artifact,
     LayerReport,
     PassConfig,
@@ -19,14 +19,14 @@ from compress.base import (
 )
 
 PASS_MODULES = (
-    "compress.export_onnx",  # export-onnx
-    "compress.export_lava",  # export-lava
-    "compress.quant_int8",  # int8-qdq
-    "compress.quant_int4",  # int4-weight-only
-    "compress.prune",  # prune-magnitude
-    "compress.export_trees",  # export-tree-onnx, export-tree-c
-    "compress.rwkvquant.rwkvquant",  # rwkv-rtn, rwkv-gptq, rwkv-gptvq, rwkvquant
-    "compress.lrnn.fixed",  # export-lrnn-fixed
+    "edgesmith.compress.export_onnx",  # export-onnx
+    "edgesmith.compress.export_lava",  # export-lava
+    "edgesmith.compress.quant_int8",  # int8-qdq
+    "edgesmith.compress.quant_int4",  # int4-weight-only
+    "edgesmith.compress.prune",  # prune-magnitude
+    "edgesmith.compress.export_trees",  # export-tree-onnx, export-tree-c
+    "edgesmith.compress.rwkvquant.rwkvquant",  # rwkv-rtn, rwkv-gptq, rwkv-gptvq, rwkvquant
+    "edgesmith.compress.lrnn.fixed",  # export-lrnn-fixed
 )
 
 __all__ = [

@@ -25,7 +25,7 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from models.common import EdgesmithError, check_finite_array, import_modules
+from edgesmith.common import EdgesmithError, check_finite_array, import_modules
 
 # --- artifacts -----------------------------------------------------------------------------------
 
@@ -102,7 +102,7 @@ class PassConfig:
 
 
 def _import_passes() -> None:
-    import compress
+    from edgesmith import compress
 
     import_modules(compress.PASS_MODULES)
 

@@ -32,7 +32,7 @@ from typing import Callable
 
 import numpy as np
 
-from models.common import EdgesmithError, check_finite_array
+from edgesmith.common import EdgesmithError, check_finite_array
 
 SelectorFn = Callable[..., np.ndarray]
 _SELECTORS: dict[str, SelectorFn] = {}

@@ -40,8 +40,8 @@ from typing import ClassVar
 import numpy as np
 from torch import nn
 
-from compress.base import Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult, register_pass
-from models.common import EdgesmithError, atomic_path
+from edgesmith.compress.base import Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult, register_pass
+from edgesmith.common import EdgesmithError, atomic_path
 
 FORMAT_NAME = "edgesmith-lava-sdn"
 SCHEMA_VERSION = 1

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from compress.base import Artifact, PassConfig, PassContext, PassReport, PassResult, register_pass
-from models.common import EdgesmithError, atomic_path
+from edgesmith.compress.base import Artifact, PassConfig, PassContext, PassReport, PassResult, register_pass
+from edgesmith.common import EdgesmithError, atomic_path
 
 INPUT_NAME = "input"
 OUTPUT_NAME = "output"

@@ -21,8 +21,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from compress.base import Artifact, PassConfig, PassContext, PassReport, PassResult, register_pass
-from models.common import EdgesmithError, atomic_path
+from edgesmith.compress.base import Artifact, PassConfig, PassContext, PassReport, PassResult, register_pass
+from edgesmith.common import EdgesmithError, atomic_path
 
 INPUT_NAME = "input"
 OUTPUT_NAME = "output"

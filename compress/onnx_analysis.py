@@ -26,8 +26,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from compress.base import LayerReport
-from models.common import EdgesmithError
+from edgesmith.compress.base import LayerReport
+from edgesmith.common import EdgesmithError
 
 WEIGHT_OPS = ("MatMul", "Gemm", "Conv")
 

@@ -27,9 +27,9 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from compress.base import Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult, register_pass
-from compress.onnx_analysis import bits_per_weight, report_db, sqnr_db
-from models.common import EdgesmithError
+from edgesmith.compress.base import Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult, register_pass
+from edgesmith.compress.onnx_analysis import bits_per_weight, report_db, sqnr_db
+from edgesmith.common import EdgesmithError
 
 SCOPES = ("layer", "global")
 PRUNABLE = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)

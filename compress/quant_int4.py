@@ -22,8 +22,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from compress.base import Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult, register_pass
-from compress.onnx_analysis import (
+from edgesmith.compress.base import Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult, register_pass
+from edgesmith.compress.onnx_analysis import (
     WeightLayer,
     bits_per_weight,
     check_node_names,
@@ -36,8 +36,8 @@ from compress.onnx_analysis import (
     sqnr_db,
     tensor_bits,
 )
-from compress.sensitivity import sensitivity_requested, sensitivity_table
-from models.common import EdgesmithError, atomic_path
+from edgesmith.compress.sensitivity import sensitivity_requested, sensitivity_table
+from edgesmith.common import EdgesmithError, atomic_path
 
 ACCURACY_LEVELS = (0, 1, 2, 3, 4)  # 0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8 compute
 

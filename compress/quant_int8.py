@@ -27,8 +27,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from compress.base import Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult, register_pass
-from compress.onnx_analysis import (
+from edgesmith.compress.base import Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult, register_pass
+from edgesmith.compress.onnx_analysis import (
     WeightLayer,
     bits_per_weight,
     check_node_names,
@@ -42,8 +42,8 @@ from compress.onnx_analysis import (
     sqnr_db,
     tensor_bits,
 )
-from compress.sensitivity import sensitivity_requested, sensitivity_table
-from models.common import EdgesmithError, atomic_path
+from edgesmith.compress.sensitivity import sensitivity_requested, sensitivity_table
+from edgesmith.common import EdgesmithError, atomic_path
 
 CALIBRATIONS = ("minmax", "percentile")
 ACTIVATION_TYPES = ("uint8", "int8")

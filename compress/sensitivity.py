@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from compress.base import Artifact, PassContext, PassReport
+from edgesmith.compress.base import Artifact, PassContext, PassReport
 
 
 def sensitivity_requested(ctx: PassContext, report: PassReport) -> bool:

@@ -12,8 +12,8 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
-from compress.base import PassConfig
-from models.common import EdgesmithError, import_modules
+from edgesmith.compress.base import PassConfig
+from edgesmith.common import EdgesmithError, import_modules
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ def register_target(cls: type[Target]) -> type[Target]:
 
 
 def _import_targets() -> None:
-    import hardware
+    from edgesmith import hardware
 
     import_modules(hardware.TARGET_MODULES)
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hardware.base import (
+from edgesmith.hardware.base import (
     Coefficient, CostModel, Estimate, Plan, PlanOptions, Target, Variant, Workload, register_target,
 )
-from models.common import EdgesmithError
+from edgesmith.common import EdgesmithError
 
 HOROWITZ = ('M. Horowitz, "Computing\'s energy problem (and what we can do about it)", ISSCC 2014, '
             "pp. 10-14, per-operation energy table (45 nm, 0.9 V)")
@@ -208,10 +208,10 @@ class HostCpu(Target):
         return d
 
     def plan(self, producer, options: PlanOptions) -> Plan:
-        from compress.export_onnx import ExportOnnxConfig
-        from compress.prune import MagnitudePruneConfig
-        from compress.quant_int4 import Int4WeightOnlyConfig
-        from compress.quant_int8 import Int8QdqConfig
+        from edgesmith.compress.export_onnx import ExportOnnxConfig
+        from edgesmith.compress.prune import MagnitudePruneConfig
+        from edgesmith.compress.quant_int4 import Int4WeightOnlyConfig
+        from edgesmith.compress.quant_int8 import Int8QdqConfig
 
         module_fits(self, producer)
         skip = producer.unsupported_runtimes() if hasattr(producer, "unsupported_runtimes") else {}

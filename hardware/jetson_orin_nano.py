@@ -13,9 +13,9 @@ is an upper-leaning estimate that already contains static, CPU and DRAM power.
 """
 from __future__ import annotations
 
-from hardware.base import Coefficient, CostModel, Estimate, Plan, PlanOptions, Target, Variant, Workload, register_target
-from hardware.host_cpu import module_fits, select_variants
-from models.common import EdgesmithError
+from edgesmith.hardware.base import Coefficient, CostModel, Estimate, Plan, PlanOptions, Target, Variant, Workload, register_target
+from edgesmith.hardware.host_cpu import module_fits, select_variants
+from edgesmith.common import EdgesmithError
 
 DATASHEET = ("NVIDIA Jetson Orin Nano Series Module Data Sheet (DS-11105-001, 2023), Orin Nano 8GB: "
              "1024 CUDA cores, 32 Tensor cores, GPU max 625 MHz, 40 sparse / 20 dense INT8 TOPS, "
@@ -94,8 +94,8 @@ class JetsonOrinNano(Target):
         return self._cost_model
 
     def plan(self, producer, options: PlanOptions) -> Plan:
-        from compress.export_onnx import ExportOnnxConfig
-        from compress.quant_int8 import Int8QdqConfig
+        from edgesmith.compress.export_onnx import ExportOnnxConfig
+        from edgesmith.compress.quant_int8 import Int8QdqConfig
 
         module_fits(self, producer)
         variants = [

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import math
 
-from hardware.base import Coefficient, CostModel, Estimate, Plan, PlanOptions, Target, Variant, Workload, register_target
-from hardware.host_cpu import select_variants
-from models.common import EdgesmithError
+from edgesmith.hardware.base import Coefficient, CostModel, Estimate, Plan, PlanOptions, Target, Variant, Workload, register_target
+from edgesmith.hardware.host_cpu import select_variants
+from edgesmith.common import EdgesmithError
 
 DAVIES = ('M. Davies et al., "Loihi: A Neuromorphic Manycore Processor with On-Chip Learning", IEEE Micro '
           "38(1):82-99, 2018, Table 2 (Loihi 1, 14 nm, pre-silicon figures)")
@@ -125,7 +125,7 @@ class Loihi2(Target):
         return d
 
     def plan(self, producer, options: PlanOptions) -> Plan:
-        from compress.export_lava import ExportLavaConfig
+        from edgesmith.compress.export_lava import ExportLavaConfig
 
         module = getattr(producer, "module_", None)
         if module is not None:  # 8-bit weights: one byte per parameter

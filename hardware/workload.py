@@ -18,8 +18,8 @@ from typing import Mapping
 
 import numpy as np
 
-from hardware.base import Workload
-from models.common import EdgesmithError
+from edgesmith.hardware.base import Workload
+from edgesmith.common import EdgesmithError
 
 _MATMUL_LIKE = {"MatMul", "MatMulInteger", "QLinearMatMul", "MatMulNBits", "Gemm"}
 _CONV_LIKE = {"Conv", "ConvInteger", "QLinearConv"}
@@ -218,7 +218,7 @@ def workload_from_module(module, input_shape) -> Workload:
     import torch
     from torch import nn
 
-    from compress.export_onnx import MatMulLinear
+    from edgesmith.compress.export_onnx import MatMulLinear
 
     shape = tuple(int(d) for d in input_shape)
     if not shape or any(d < 1 for d in shape):

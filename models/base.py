@@ -13,7 +13,7 @@ from typing import Callable, ClassVar
 
 import numpy as np
 
-from models.common import EdgesmithError, import_modules
+from edgesmith.common import EdgesmithError, import_modules
 
 PredictFn = Callable[[np.ndarray], np.ndarray]
 
@@ -140,7 +140,7 @@ def register_producer(cls: type[Producer]) -> type[Producer]:
 
 
 def _import_producers() -> None:
-    import models
+    from edgesmith import models
 
     import_modules(models.PRODUCER_MODULES)
 

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import atomic_path, cache_dir, seed_everything
+from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
+from edgesmith.common import atomic_path, cache_dir, seed_everything
 
 
 def _load_digits_split(seed: int):

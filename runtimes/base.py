@@ -16,8 +16,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from compress.base import Artifact
-from models.common import EdgesmithError, import_modules
+from edgesmith.compress.base import Artifact
+from edgesmith.common import EdgesmithError, import_modules
 
 
 @dataclass
@@ -96,13 +96,13 @@ def register_runtime(cls: type[Runtime]) -> type[Runtime]:
 
 
 def runtime_names() -> list[str]:
-    import runtimes
+    from edgesmith import runtimes
 
     return sorted(runtimes.RUNTIME_MODULES)
 
 
 def get_runtime(name: str, **options) -> Runtime:
-    import runtimes
+    from edgesmith import runtimes
 
     if name not in runtimes.RUNTIME_MODULES:
         raise EdgesmithError(f"unknown runtime {name!r}.", f"use one of: {', '.join(runtime_names())}.")

@@ -13,9 +13,9 @@ import subprocess
 
 import numpy as np
 
-from compress.base import Artifact
-from models.common import EdgesmithError, atomic_path, cache_dir
-from runtimes.base import Runtime, register_runtime
+from edgesmith.compress.base import Artifact
+from edgesmith.common import EdgesmithError, atomic_path, cache_dir
+from edgesmith.runtimes.base import Runtime, register_runtime
 
 CFLAGS = ("-O2", "-shared", "-fPIC", "-std=c99")
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from compress.base import Artifact
-from models.common import EdgesmithError
-from runtimes.base import Runtime, register_runtime
-from runtimes.lava_rt import ENV_VAR, lava_python, run_worker
-from runtimes.lrnn_ref import activity_counts
+from edgesmith.compress.base import Artifact
+from edgesmith.common import EdgesmithError
+from edgesmith.runtimes.base import Runtime, register_runtime
+from edgesmith.runtimes.lava_rt import ENV_VAR, lava_python, run_worker
+from edgesmith.runtimes.lrnn_ref import activity_counts
 
 WORKER = Path(__file__).resolve().parent / "lava_lrnn_worker.py"
 
@@ -62,12 +62,12 @@ class LavaLrnnRuntime(Runtime):
         return lava_available()
 
     def _load(self, artifact: Artifact) -> None:
-        from compress.lrnn.fixed import load_net
+        from edgesmith.compress.lrnn.fixed import load_net
 
         self.net_ = load_net(artifact.path)
 
     def _run(self, x: np.ndarray) -> tuple[np.ndarray, dict]:
-        from compress.lrnn.fixed import quantize_features
+        from edgesmith.compress.lrnn.fixed import quantize_features
 
         u = quantize_features(self.net_, x)
         masks, total = [], {"synops": 0, "neuron_updates": 0, "messages": 0, "timesteps": 0, "sim_wall_s": 0.0}

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from compress.base import Artifact
-from models.common import EdgesmithError
-from runtimes.base import Runtime, register_runtime
-from runtimes.sigma_delta_ref import SigmaDeltaNet, quantize_inputs
+from edgesmith.compress.base import Artifact
+from edgesmith.common import EdgesmithError
+from edgesmith.runtimes.base import Runtime, register_runtime
+from edgesmith.runtimes.sigma_delta_ref import SigmaDeltaNet, quantize_inputs
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "lava_worker.py"

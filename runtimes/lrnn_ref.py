@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from compress.base import Artifact
-from runtimes.base import Runtime, register_runtime
+from edgesmith.compress.base import Artifact
+from edgesmith.runtimes.base import Runtime, register_runtime
 ACT_MAX = 2 ** 15 - 1
 INT32_MAX = 2 ** 31 - 1
 
@@ -200,12 +200,12 @@ class LrnnReference(Runtime):
     description = "bit-exact Numba model of the fixed-point S5 denoiser (the lava-lrnn reference)"
 
     def _load(self, artifact: Artifact) -> None:
-        from compress.lrnn.fixed import load_net
+        from edgesmith.compress.lrnn.fixed import load_net
 
         self.net_ = load_net(artifact.path)
 
     def _run(self, x: np.ndarray) -> tuple[np.ndarray, dict]:
-        from compress.lrnn.fixed import quantize_features
+        from edgesmith.compress.lrnn.fixed import quantize_features
 
         masks, stats = run_clips(self.net_, quantize_features(self.net_, x))
         return (masks * float(self.net_["mask_scale"])).astype(np.float32), {**stats, "threads": 1}

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.common import EdgesmithError
+from edgesmith.common import EdgesmithError
 
 FORMAT_NAME = "edgesmith-lava-sdn"  # the schema written by compress.export_lava
 LAVA_WEIGHT_FACTOR = 2

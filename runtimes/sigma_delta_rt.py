@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from compress.base import Artifact
-from runtimes.base import Runtime, register_runtime
-from runtimes.sigma_delta_ref import SigmaDeltaNet, run_float
+from edgesmith.compress.base import Artifact
+from edgesmith.runtimes.base import Runtime, register_runtime
+from edgesmith.runtimes.sigma_delta_ref import SigmaDeltaNet, run_float
 
 
 @register_runtime

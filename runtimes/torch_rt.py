@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from compress.base import Artifact
-from runtimes.base import Runtime, register_runtime
+from edgesmith.compress.base import Artifact
+from edgesmith.runtimes.base import Runtime, register_runtime
 
 
 @register_runtime

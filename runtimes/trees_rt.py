@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from compress.base import Artifact
-from models.common import EdgesmithError
-from runtimes.base import Runtime, register_runtime
+from edgesmith.compress.base import Artifact
+from edgesmith.common import EdgesmithError
+from edgesmith.runtimes.base import Runtime, register_runtime
 
 
 @register_runtime

@@ -56,9 +56,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from compress.base import Artifact
-from models.common import EdgesmithError, atomic_path, cache_dir, write_json
-from runtimes.base import Runtime, register_runtime
+from edgesmith.compress.base import Artifact
+from edgesmith.common import EdgesmithError, atomic_path, cache_dir, write_json
+from edgesmith.runtimes.base import Runtime, register_runtime
 
 _CACHE_VERSION = 1  # bump when what goes into a cached library changes
 _TUNE_SEED = 0

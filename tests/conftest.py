@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compress import Artifact, PassContext, run_passes
-from compress.export_onnx import ExportOnnxConfig
-from models import get_producer
+from edgesmith.compress import Artifact, PassContext, run_passes
+from edgesmith.compress.export_onnx import ExportOnnxConfig
+from edgesmith.models import get_producer
 
 
 @pytest.fixture(scope="session")

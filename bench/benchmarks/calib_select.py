@@ -1,6 +1,6 @@
 """Int8 PTQ with influence-selected vs randomly chosen calibration sets of the same size.
 
-    .venv/bin/python -m bench.benchmarks.calib_select --out runs/calib-select [--force] [--quick]
+    .venv/bin/python -m edgesmith.bench.benchmarks.calib_select --out runs/calib-select [--force] [--quick]
 
 For each model, calibration size n and seed: draw a candidate pool of ``8 n`` training samples with
 the seed (the whole training split when it is smaller), choose n of them with the ``random`` and with
@@ -23,13 +23,13 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from compress import Artifact, PassContext, run_passes
-from compress.calibration_select import POOL_FACTOR, model_features, select_indices
-from compress.export_onnx import ExportOnnxConfig
-from compress.quant_int8 import Int8QdqConfig
-from models import get_producer
-from models.common import atomic_path, write_json
-from runtimes import get_runtime
+from edgesmith.compress import Artifact, PassContext, run_passes
+from edgesmith.compress.calibration_select import POOL_FACTOR, model_features, select_indices
+from edgesmith.compress.export_onnx import ExportOnnxConfig
+from edgesmith.compress.quant_int8 import Int8QdqConfig
+from edgesmith.models import get_producer
+from edgesmith.common import atomic_path, write_json
+from edgesmith.runtimes import get_runtime
 
 _ALL = 10**6  # "every training sample": calibration_data caps n at the split size
 

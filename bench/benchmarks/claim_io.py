@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from models.common import EdgesmithError, atomic_path, write_json
+from edgesmith.common import EdgesmithError, atomic_path, write_json
 
 
 def refuse_existing(out: Path, force: bool) -> None:

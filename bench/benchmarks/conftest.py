@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.benchmarks.int8_speedup import PRECISIONS, build_precision_variants
-from compress import Artifact, PassContext
-from models import get_producer
+from edgesmith.bench.benchmarks.int8_speedup import PRECISIONS, build_precision_variants
+from edgesmith.compress import Artifact, PassContext
+from edgesmith.models import get_producer
 
 MEDIANS = pytest.StashKey[dict]()
 

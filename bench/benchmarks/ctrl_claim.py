@@ -1,6 +1,6 @@
 """CTRL's claim on toy program repair: pass rate over 1-5 critique-revision rounds by critic.
 
-    .venv/bin/python -m bench.benchmarks.ctrl_claim --out runs/ctrl-claim [--force] [--quick]
+    .venv/bin/python -m edgesmith.bench.benchmarks.ctrl_claim --out runs/ctrl-claim [--force] [--quick]
 
 For each seed: train the critic with stage 1 (SFT on execution-built feedback) and copy it as "SFT
 only"; continue with stage 2 (GRPO) for "CTRL". On the seed's held-out problems, iterate critique ->
@@ -21,11 +21,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from models.common import atomic_path, write_json
-from models.ctrl.config import CtrlConfig
-from models.ctrl.critic import CriticNet
-from models.ctrl.producer import problem_sets
-from models.ctrl.train import grpo, iterate, network_policy, no_critique_policy, random_policy, sft, torch_predict
+from edgesmith.common import atomic_path, write_json
+from edgesmith.models.ctrl.config import CtrlConfig
+from edgesmith.models.ctrl.critic import CriticNet
+from edgesmith.models.ctrl.producer import problem_sets
+from edgesmith.models.ctrl.train import grpo, iterate, network_policy, no_critique_policy, random_policy, sft, torch_predict
 
 METHODS = ("CTRL (SFT+GRPO)", "SFT only", "no critique", "random critique")
 

@@ -1,7 +1,7 @@
 """DP federated learning claim: with partial participation, noise cancellation gives lower excess loss
 than fresh-noise DP at the same (epsilon, delta).
 
-    .venv/bin/python -m bench.benchmarks.dpfl_claim --out runs/dpfl-claim [--force] [--quick]
+    .venv/bin/python -m edgesmith.bench.benchmarks.dpfl_claim --out runs/dpfl-claim [--force] [--quick]
 
 Logistic regression on data made here (40 clients x 250 samples, 32 features, heterogeneous client
 means), mu^2-SGD, one pass over every client's data, m of 40 clients per round for several m,
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from models.common import atomic_path
-from models.distributed.launch import launch
-from models.dpfl.config import DPFLConfig
+from edgesmith.common import atomic_path
+from edgesmith.models.distributed.launch import launch
+from edgesmith.models.dpfl.config import DPFLConfig
 
 METHODS = (("non-private", "nonprivate", "growing"), ("fresh noise", "fresh", "growing"),
            ("noise cancellation (growing sigma)", "cancel", "growing"),
@@ -33,7 +33,7 @@ def run(ms, seeds, epsilon, quick: bool) -> tuple[list[dict], dict]:
     base = dict(clients=8, per_client=40) if quick else {}
     cfgs = [DPFLConfig(m=m, method=meth, schedule=sch, seed=s, epsilon=epsilon, **base)
             for m in ms for _, meth, sch in METHODS for s in seeds]
-    res = launch("models.dpfl.worker", {"runs": [c.to_dict() for c in cfgs]}, nproc=2 if quick else 4,
+    res = launch("edgesmith.models.dpfl.worker", {"runs": [c.to_dict() for c in cfgs]}, nproc=2 if quick else 4,
                  timeout_s=1800)
     runs = res.result["runs"]
     rows = []

@@ -1,7 +1,7 @@
 """EF-Landing claim: with error feedback, compressed distributed PCA tracks the uncompressed run;
 without it, top-k stalls.
 
-    .venv/bin/python -m bench.benchmarks.eflanding_claim --out runs/eflanding-claim [--force] [--quick]
+    .venv/bin/python -m edgesmith.bench.benchmarks.eflanding_claim --out runs/eflanding-claim [--force] [--quick]
 
 One torchrun launch (4 gloo worker processes; 2 with --quick) runs every method on the same
 heterogeneous PCA problem (n 50, p 5) from the same start: uncompressed, top-k 10% with EF21, top-k
@@ -16,9 +16,9 @@ import datetime as _dt
 import json
 import sys
 
-from models.common import atomic_path
-from models.distributed.launch import launch
-from models.eflanding.config import EFLandingConfig
+from edgesmith.common import atomic_path
+from edgesmith.models.distributed.launch import launch
+from edgesmith.models.eflanding.config import EFLandingConfig
 
 METHODS = (  # label, compressor, error feedback
     ("uncompressed", "identity", "none"),
@@ -40,7 +40,7 @@ def first_reach(hist: dict, target: float):
 def run(iters: int, workers: int, seed: int, eta: float) -> tuple[list[dict], dict]:
     cfgs = [EFLandingConfig(workers=workers, iters=iters, eta=eta, compressor=c, ef_mode=e, seed=seed,
                             log_every=max(1, iters // 100)) for _, c, e in METHODS]
-    res = launch("models.eflanding.worker", {"runs": [c.to_dict() for c in cfgs]}, nproc=workers, timeout_s=1800)
+    res = launch("edgesmith.models.eflanding.worker", {"runs": [c.to_dict() for c in cfgs]}, nproc=workers, timeout_s=1800)
     rows = []
     for (label, comp, ef), r in zip(METHODS, res.result["runs"]):
         h = r["history"]

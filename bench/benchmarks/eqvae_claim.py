@@ -1,6 +1,6 @@
 """EQ-VAE claim: fine-tuning with the equivariance regulariser cuts ||D(tau z) - tau x|| without hurting reconstruction.
 
-    .venv/bin/python -m bench.benchmarks.eqvae_claim --out runs/eqvae-claim [--seeds 0 1 2] [--quick]
+    .venv/bin/python -m edgesmith.bench.benchmarks.eqvae_claim --out runs/eqvae-claim [--seeds 0 1 2] [--quick]
 
 For each seed: one base VAE trained on procedural shapes, then two fine-tunes of it for the same
 number of steps: EQ-VAE (the regulariser) and plain (reconstruction only, the fair control). On the
@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.common import atomic_path, write_json
-from models.eqvae.model import Transform
-from models.eqvae.producer import EqvaeProducer
-from models.eqvae.train import KINDS, equivariance_errors, psnr, transforms_of
+from edgesmith.common import atomic_path, write_json
+from edgesmith.models.eqvae.model import Transform
+from edgesmith.models.eqvae.producer import EqvaeProducer
+from edgesmith.models.eqvae.train import KINDS, equivariance_errors, psnr, transforms_of
 
 MODES = {"none": "base AE", "plain": "plain fine-tune (control)", "eq": "EQ-VAE fine-tune"}
 EXAMPLE_TAUS = (Transform(8, 1), Transform(4, 0), Transform(5, 3))
@@ -164,7 +164,7 @@ def main(argv=None) -> None:
         notes = verdict(summary)
         write_json(tmp / "table.json", {
             "claim": "EQ-VAE fine-tuning lowers the equivariance error without degrading reconstruction",
-            "command": "python -m bench.benchmarks.eqvae_claim " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": "python -m edgesmith.bench.benchmarks.eqvae_claim " + " ".join(argv if argv is not None else sys.argv[1:]),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "seeds": args.seeds, "quick": args.quick, "settings": settings, "summary": summary,
             "runs": runs, "notes": notes, "wall_s": time.perf_counter() - t0})

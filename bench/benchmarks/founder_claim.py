@@ -1,7 +1,7 @@
 """FOUNDER's claim at gridworld scale: the temporal-distance reward tracks the true distance to the goal
 and trains a better goal-reaching policy than a cosine-similarity reward in the same latent space.
 
-    .venv/bin/python -m bench.benchmarks.founder_claim --out runs/founder-claim [--force] [--quick] [--seeds 0 1 2]
+    .venv/bin/python -m edgesmith.bench.benchmarks.founder_claim --out runs/founder-claim [--force] [--quick] [--seeds 0 1 2]
 
 Per seed: the ``founder`` producer (reward-free random walks, RSSM on view A, view-B mapping,
 temporal-distance head); then
@@ -28,12 +28,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from models.common import EdgesmithError, atomic_path, write_json
-from models.founder.config import PolicyConfig
-from models.founder.env import collect_offline
-from models.founder.grounding import cosine_reward, spearman
-from models.founder.policy import episode_tasks, run_episodes, train_policy
-from models.founder.producer import Founder
+from edgesmith.common import EdgesmithError, atomic_path, write_json
+from edgesmith.models.founder.config import PolicyConfig
+from edgesmith.models.founder.env import collect_offline
+from edgesmith.models.founder.grounding import cosine_reward, spearman
+from edgesmith.models.founder.policy import episode_tasks, run_episodes, train_policy
+from edgesmith.models.founder.producer import Founder
 
 EVAL_OFFSET = 20_000  # evaluation trajectories, tasks and noise: seeds never used in training
 
@@ -165,7 +165,7 @@ def plot(table: dict, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.benchmarks.founder_claim", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m edgesmith.bench.benchmarks.founder_claim", description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--quick", action="store_true", help="tiny models, 20 updates, 20 episodes (tests)")

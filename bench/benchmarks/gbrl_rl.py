@@ -1,10 +1,10 @@
 """RL learning curves: GBRL tree policy vs a small MLP policy under the same PPO settings.
 
-    .venv/bin/python -m bench.benchmarks.gbrl_rl --env CartPole-v1 --steps 100000 --seeds 0 1 2 \
+    .venv/bin/python -m edgesmith.bench.benchmarks.gbrl_rl --env CartPole-v1 --steps 100000 --seeds 0 1 2 \
         --out results/gbrl_cartpole.png
-    .venv/bin/python -m bench.benchmarks.gbrl_rl --env MiniGrid-Empty-5x5-v0 --steps 30000 --seeds 0 1 2 \
+    .venv/bin/python -m edgesmith.bench.benchmarks.gbrl_rl --env MiniGrid-Empty-5x5-v0 --steps 30000 --seeds 0 1 2 \
         --out results/gbrl_minigrid.png
-    .venv/bin/python -m bench.benchmarks.gbrl_rl --env Pendulum-v1 --steps 100000 --seeds 0 1 2 \
+    .venv/bin/python -m edgesmith.bench.benchmarks.gbrl_rl --env Pendulum-v1 --steps 100000 --seeds 0 1 2 \
         --out results/gbrl_pendulum.png
 
 For each policy and seed: train with PPO (``models.gbrl.rl``), log the mean return of the
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from models.common import atomic_path, write_json
-from models.gbrl.rl import A2C, PPO, PPOConfig
+from edgesmith.common import atomic_path, write_json
+from edgesmith.models.gbrl.rl import A2C, PPO, PPOConfig
 
 
 def preset(env_id: str) -> PPOConfig:

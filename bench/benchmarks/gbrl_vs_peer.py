@@ -1,6 +1,6 @@
 """Edgesmith's Numba GBT engine vs the ``gbrl`` 1.1.9 package (the peer), plus export parity and latency.
 
-    .venv/bin/python -m bench.benchmarks.gbrl_vs_peer [--quick] [--out results/gbrl_vs_peer.json]
+    .venv/bin/python -m edgesmith.bench.benchmarks.gbrl_vs_peer [--quick] [--out results/gbrl_vs_peer.json]
 
 Prints Markdown tables:
 1. fit time per tree on identical X (n x 20) and gradients (n x 7), depth 4, 256 bins, for
@@ -69,7 +69,7 @@ def _gbrl_predict(m, X):
 
 
 def child_fit(sizes: list[int], reps_ours: int, reps_gbrl: int) -> list[dict]:
-    from models.gbrl import GBTEnsemble
+    from edgesmith.models.gbrl import GBTEnsemble
 
     rows = []
     for n in sizes:
@@ -91,14 +91,14 @@ def fit_tables(sizes, reps_ours, reps_gbrl) -> dict:
     out = {}
     for label, threads in (("1 thread", "1"), ("all threads", str(os.cpu_count()))):
         env = {**os.environ, "OMP_NUM_THREADS": threads, "NUMBA_NUM_THREADS": threads}
-        cmd = [sys.executable, "-m", "bench.benchmarks.gbrl_vs_peer", "--child-fit", json.dumps([sizes, reps_ours, reps_gbrl])]
+        cmd = [sys.executable, "-m", "edgesmith.bench.benchmarks.gbrl_vs_peer", "--child-fit", json.dumps([sizes, reps_ours, reps_gbrl])]
         res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
         out[label] = json.loads(res.stdout.strip().splitlines()[-1])
     return out
 
 
 def split_parity() -> list[dict]:
-    from models.gbrl import GBTEnsemble
+    from edgesmith.models.gbrl import GBTEnsemble
 
     X, G = _data(512, seed=1)
     probe = np.concatenate([X, np.random.default_rng(2).normal(size=(2000, D)).astype(np.float32)])
@@ -122,10 +122,10 @@ def split_parity() -> list[dict]:
 def predict_and_exports(n_trees: int, batches: list[int]) -> tuple[list[dict], list[dict]]:
     import numba
 
-    from compress import Artifact, PassContext, run_passes
-    from compress.export_trees import ExportTreeCConfig, ExportTreeOnnxConfig
-    from models.gbrl import GBTEnsemble
-    from runtimes import get_runtime
+    from edgesmith.compress import Artifact, PassContext, run_passes
+    from edgesmith.compress.export_trees import ExportTreeCConfig, ExportTreeOnnxConfig
+    from edgesmith.models.gbrl import GBTEnsemble
+    from edgesmith.runtimes import get_runtime
 
     numba.set_num_threads(1)
     X, G = _data(128, seed=3)
@@ -210,7 +210,7 @@ def main(argv=None) -> None:
     if args.child_predict:
         print(json.dumps(predict_and_exports(args.child_predict, [1, 16, 4096])))
         return
-    from models.common import write_json
+    from edgesmith.common import write_json
 
     sizes = [512, 2048] if args.quick else [512, 2048, 8192]
     if args.skip_fit:
@@ -220,7 +220,7 @@ def main(argv=None) -> None:
     results["split_parity"] = split_parity()
     # one thread for everyone: gbrl's OpenMP and our Numba both read these at start-up
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
-    res = subprocess.run([sys.executable, "-m", "bench.benchmarks.gbrl_vs_peer", "--child-predict", str(args.n_trees)],
+    res = subprocess.run([sys.executable, "-m", "edgesmith.bench.benchmarks.gbrl_vs_peer", "--child-predict", str(args.n_trees)],
                          env=env, capture_output=True, text=True, check=True)
     results["predict"], results["export_parity"] = json.loads(res.stdout.strip().splitlines()[-1])
     results["n_trees"] = args.n_trees

@@ -1,6 +1,6 @@
 """LLM feature enhancer + GNN claim: interchange-intervention accuracy per layer/site, and the transmission module.
 
-    .venv/bin/python -m bench.benchmarks.gnn_iia_claim --out runs/gnn-iia-claim [--force] [--quick]
+    .venv/bin/python -m edgesmith.bench.benchmarks.gnn_iia_claim --out runs/gnn-iia-claim [--force] [--quick]
 
 Synthetic graphs with a known causal model (``models.gnn_causal.data``). Variants, several seeds:
 
@@ -26,12 +26,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from bench.benchmarks.claim_io import refuse_existing, write_claim
-from models.common import atomic_path
-from models.gnn_causal.config import DataConfig, ModelConfig, TrainConfig
-from models.gnn_causal.data import load_splits
-from models.gnn_causal.gnn import CausalGNN
-from models.gnn_causal.train import accuracy, iia, train
+from edgesmith.bench.benchmarks.claim_io import refuse_existing, write_claim
+from edgesmith.common import atomic_path
+from edgesmith.models.gnn_causal.config import DataConfig, ModelConfig, TrainConfig
+from edgesmith.models.gnn_causal.data import load_splits
+from edgesmith.models.gnn_causal.gnn import CausalGNN
+from edgesmith.models.gnn_causal.train import accuracy, iia, train
 
 IIT_WEIGHT = 1.0
 

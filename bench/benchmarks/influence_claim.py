@@ -1,6 +1,6 @@
 """Paper 3's claim: class-dependent noise lets a two-layer CNN classify atypical (mu = 0) samples.
 
-    .venv/bin/python -m bench.benchmarks.influence_claim --out runs/influence-claim [--force] [--quick]
+    .venv/bin/python -m edgesmith.bench.benchmarks.influence_claim --out runs/influence-claim [--force] [--quick]
 
 For each activation exponent q, noise class dependence rho (0: equal covariances, 1: disjoint noise
 subspaces) and seed: draw d = 200, n = 200 two-patch data with half the samples atypical, train the
@@ -21,11 +21,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from models.common import atomic_path, write_json
-from models.influence.cnn import TwoPatchCNN, train_gd
-from models.influence.config import CnnConfig, NoiseDataConfig
-from models.influence.data import load_splits
-from models.influence.score import oracle_influence
+from edgesmith.common import atomic_path, write_json
+from edgesmith.models.influence.cnn import TwoPatchCNN, train_gd
+from edgesmith.models.influence.config import CnnConfig, NoiseDataConfig
+from edgesmith.models.influence.data import load_splits
+from edgesmith.models.influence.score import oracle_influence
 
 
 def run_one(d: int, n: int, rho: float, q: float, seed: int, steps: int) -> dict:

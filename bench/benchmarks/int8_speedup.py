@@ -1,6 +1,6 @@
 """fp32 vs int8 QDQ vs int4 MatMulNBits on onnxruntime: p50 latency per batch, each in a fresh process.
 
-    python -m bench.benchmarks.int8_speedup [--batch 1 64] [--threads 2] [--rounds 3] [--out results.json]
+    python -m edgesmith.bench.benchmarks.int8_speedup [--batch 1 64] [--threads 2] [--rounds 3] [--out results.json]
 
 Builds ``digits-wide`` (three 1024-wide hidden layers, so the time goes into MatMul), exports it to
 ONNX and quantizes it, then measures every (precision, batch) with ``measure_isolated``: one Python
@@ -20,13 +20,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.latency import IsolatedResult, measure_isolated
-from compress import Artifact, PassContext, run_passes
-from compress.export_onnx import ExportOnnxConfig
-from compress.quant_int4 import Int4WeightOnlyConfig
-from compress.quant_int8 import Int8QdqConfig
-from models import get_producer
-from models.common import write_json
+from edgesmith.bench.latency import IsolatedResult, measure_isolated
+from edgesmith.compress import Artifact, PassContext, run_passes
+from edgesmith.compress.export_onnx import ExportOnnxConfig
+from edgesmith.compress.quant_int4 import Int4WeightOnlyConfig
+from edgesmith.compress.quant_int8 import Int8QdqConfig
+from edgesmith.models import get_producer
+from edgesmith.common import write_json
 
 PRECISIONS = ("fp32", "int8", "int4")
 MODEL = "digits-wide"
@@ -109,7 +109,7 @@ def _environment(threads: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.benchmarks.int8_speedup", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m edgesmith.bench.benchmarks.int8_speedup", description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 64], help="batch sizes (default 1 64)")
     ap.add_argument("--threads", type=int, default=2, help="onnxruntime intra-op threads (default 2)")
     ap.add_argument("--warmup", type=int, default=20, help="untimed calls per measurement (default 20)")

@@ -1,9 +1,9 @@
 """``edgesmith deploy lrnn --target loihi2``: the whole sparse-LRNN plan, from data to the report.
 
-    .venv/bin/python -m bench.benchmarks.lrnn_deploy --out runs/lrnn [--force] [--quick]
+    .venv/bin/python -m edgesmith.bench.benchmarks.lrnn_deploy --out runs/lrnn [--force] [--quick]
         [--lava-clips N] [--no-sweep | --sweep-from runs/lrnn-sweep]
 
-Stages (each model is cached under models.common.cache_dir(), so a second run only re-scores):
+Stages (each model is cached under edgesmith.common.cache_dir(), so a second run only re-scores):
   1. dense float S5 denoiser (producer ``lrnn-denoiser``);
   2. iterative magnitude pruning to 90% (ERK, cubic schedule 5%..90% of fine-tuning);
   3. quantization-aware fine-tuning (w8a16) with the masks held, then the fixed-point conversion;
@@ -30,15 +30,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from compress.lrnn import fixed as F
-from compress.lrnn.prune import ImpConfig, Pruner, prune_finetune
-from hardware import Workload, get_target
-from hardware.workload import workload_from_activity
-from models import get_producer
-from models.common import Config, EdgesmithError, atomic_path, cache_dir, write_json
-from models.lrnn.data import apply_mask, istft, si_snr, stft, stoi
-from models.lrnn.train import TrainConfig, score, torch_mask_fn
-from runtimes import lrnn_ref
+from edgesmith.compress.lrnn import fixed as F
+from edgesmith.compress.lrnn.prune import ImpConfig, Pruner, prune_finetune
+from edgesmith.hardware import Workload, get_target
+from edgesmith.hardware.workload import workload_from_activity
+from edgesmith.models import get_producer
+from edgesmith.common import Config, EdgesmithError, atomic_path, cache_dir, write_json
+from edgesmith.models.lrnn.data import apply_mask, istft, si_snr, stft, stoi
+from edgesmith.models.lrnn.train import TrainConfig, score, torch_mask_fn
+from edgesmith.runtimes import lrnn_ref
 
 STEP_S = 0.008  # one STFT hop of 128 samples at 16 kHz
 PAPER = {"energy_ratio": 149.0, "latency_ratio": 42.0,
@@ -147,7 +147,7 @@ def run_plan(plan: LrnnPlan, log=print) -> tuple[dict, dict]:
     rows["sparse_fixed_point"] = score(lambda f: masks, test, with_stoi=True)
     noisy = rows["dense_float"]["si_snr_noisy_db"]
 
-    from runtimes.lava_lrnn_rt import run_lava
+    from edgesmith.runtimes.lava_lrnn_rt import run_lava
 
     idx = list(range(len(test) if plan.lava_clips is None else min(plan.lava_clips, len(test))))
     u = F.quantize_features(net, feat)
@@ -244,7 +244,7 @@ def markdown(r: dict) -> str:
 def deploy_lrnn(out: Path, plan: LrnnPlan = LrnnPlan(), force: bool = False, sweep_from: Path | None = None,
                 log=print) -> Path:
     """Run the plan and write the report folder; ``sweep_from`` reuses a finished lrnn_sweep folder."""
-    from bench.benchmarks.lrnn_sweep import iso_lines, sweep_into
+    from edgesmith.bench.benchmarks.lrnn_sweep import iso_lines, sweep_into
 
     out = Path(out)
     if out.exists() and not force:

@@ -1,6 +1,6 @@
 """Width x sparsity sweep of the S5 denoiser: SI-SNR vs effective MACs vs memory, Pareto PNG, iso-accuracy.
 
-    .venv/bin/python -m bench.benchmarks.lrnn_sweep --out runs/lrnn-sweep [--force] [--quick]
+    .venv/bin/python -m edgesmith.bench.benchmarks.lrnn_sweep --out runs/lrnn-sweep [--force] [--quick]
 
 For each width: a dense model trained from scratch, then for each sparsity a copy pruned by IMP
 (ERK, cubic schedule) with fine-tuning. Every point is scored on the test split (SI-SNR) and costed
@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from compress.lrnn.prune import ImpConfig, prune_finetune
-from models.common import EdgesmithError, atomic_path, write_json
-from models.lrnn.data import DataConfig, load_splits
-from models.lrnn.s5 import S5Config, S5Denoiser
-from models.lrnn.train import TrainConfig, score, torch_mask_fn, train
+from edgesmith.compress.lrnn.prune import ImpConfig, prune_finetune
+from edgesmith.common import EdgesmithError, atomic_path, write_json
+from edgesmith.models.lrnn.data import DataConfig, load_splits
+from edgesmith.models.lrnn.s5 import S5Config, S5Denoiser
+from edgesmith.models.lrnn.train import TrainConfig, score, torch_mask_fn, train
 
 SWEEP_DATA = DataConfig(n_train=128, n_val=16, n_test=32, clip_s=2.0)
 WIDTHS = (0.5, 1.0, 2.0)

@@ -1,6 +1,6 @@
 """MedTok vs a text-only VQ tokenizer: downstream AUPRC and codebook usage, several seeds.
 
-    .venv/bin/python -m bench.benchmarks.medtok_claim --out runs/medtok-claim [--force] [--quick]
+    .venv/bin/python -m edgesmith.bench.benchmarks.medtok_claim --out runs/medtok-claim [--force] [--quick]
 
 For each seed: a synthetic ontology, descriptions and cohort (``models.medtok.data``, half of the
 codes unseen in training patients, labels depending on ancestry), MedTok and the text-only baseline
@@ -20,11 +20,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from bench.benchmarks.claim_io import refuse_existing, write_claim
-from models.common import EdgesmithError, atomic_path
-from models.medtok.data import Ontology, OntologyConfig
-from models.medtok.tokenizer import MedTokTokenizer, TextVQTokenizer, TokenizerConfig
-from models.medtok.train import DeepSetsHead, TrainConfig, auprc, code_tokens, codebook_usage, train_head, train_tokenizer
+from edgesmith.bench.benchmarks.claim_io import refuse_existing, write_claim
+from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.models.medtok.data import Ontology, OntologyConfig
+from edgesmith.models.medtok.tokenizer import MedTokTokenizer, TextVQTokenizer, TokenizerConfig
+from edgesmith.models.medtok.train import DeepSetsHead, TrainConfig, auprc, code_tokens, codebook_usage, train_head, train_tokenizer
 
 TOKENIZERS = {"medtok": MedTokTokenizer, "text-vq": TextVQTokenizer}
 

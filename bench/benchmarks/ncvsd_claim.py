@@ -1,6 +1,6 @@
 """NCVSD claim: a distilled generative denoiser samples in one step and improves with more steps.
 
-    .venv/bin/python -m bench.benchmarks.ncvsd_claim --out runs/ncvsd-claim [--seeds 0 1 2] [--quick]
+    .venv/bin/python -m edgesmith.bench.benchmarks.ncvsd_claim --out runs/ncvsd-claim [--seeds 0 1 2] [--quick]
 
 For each seed: the ``ncvsd`` producer's generator (distilled from the closed-form Gaussian-mixture
 teacher), sampled with 1, 2 and 4 generator calls; against fresh teacher samples, the MMD (sum of
@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.common import atomic_path, write_json
-from models.ncvsd.nets import Generator
-from models.ncvsd.producer import NcvsdProducer
-from models.ncvsd.train import mmd
+from edgesmith.common import atomic_path, write_json
+from edgesmith.models.ncvsd.nets import Generator
+from edgesmith.models.ncvsd.producer import NcvsdProducer
+from edgesmith.models.ncvsd.train import mmd
 
 HEUN_STEPS = 18
 
@@ -146,7 +146,7 @@ def main(argv=None) -> None:
         prod = NcvsdProducer(seed=args.seeds[0], tiny=args.quick, dim=args.dim)
         write_json(tmp / "table.json", {
             "claim": "one-step generation from pure noise; more sampling steps give better samples",
-            "command": "python -m bench.benchmarks.ncvsd_claim " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": "python -m edgesmith.bench.benchmarks.ncvsd_claim " + " ".join(argv if argv is not None else sys.argv[1:]),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "seeds": args.seeds, "steps": steps, "quick": args.quick, "n_eval": prod.n_eval,
             "settings": {"teacher": prod.gmm_cfg.to_dict(), "net": prod.net_cfg.to_dict(),

@@ -1,6 +1,6 @@
 """Paper 6 claim: supervised OOD scores answer the wrong question (Gaussian toy, several seeds).
 
-    .venv/bin/python -m bench.benchmarks.ood_claim --out runs/ood-claim [--force] [--quick] [--seeds 0 1 2 3 4]
+    .venv/bin/python -m edgesmith.bench.benchmarks.ood_claim --out runs/ood-claim [--force] [--quick] [--seeds 0 1 2 3 4]
 
 For each seed, the ``ood-gauss`` producer trains its MLP on Gaussian ID classes; every score (MSP,
 energy, Mahalanobis on penultimate features) and the oracle linear probe (trained with OOD access)
@@ -25,11 +25,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from models import get_producer
-from bench.benchmarks.claim_io import refuse_existing, write_claim
-from models.common import EdgesmithError
-from models.ood.data import OOD_SETS
-from models.ood.scores import SCORES, all_scores, fit_mahalanobis
+from edgesmith.models import get_producer
+from edgesmith.bench.benchmarks.claim_io import refuse_existing, write_claim
+from edgesmith.common import EdgesmithError
+from edgesmith.models.ood.data import OOD_SETS
+from edgesmith.models.ood.scores import SCORES, all_scores, fit_mahalanobis
 
 COLUMNS = SCORES + ("oracle",)
 

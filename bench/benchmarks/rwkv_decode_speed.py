@@ -1,6 +1,6 @@
 """Decode speed of the RWKV step in onnxruntime: fp32 vs weight-only 4-bit (MatMulNBits, accuracy_level 4).
 
-    python -m bench.benchmarks.rwkv_decode_speed [--version 7] [--n-layer 4] [--n-embd 1024] \
+    python -m edgesmith.bench.benchmarks.rwkv_decode_speed [--version 7] [--n-layer 4] [--n-embd 1024] \
         [--tokens 64] [--threads 1] [--out bench/results/rwkv_decode_speed.json]
 
 The model has random weights (speed does not depend on their values) and is large enough that its
@@ -22,13 +22,13 @@ import numpy as np
 import onnx
 import torch
 
-from compress.rwkvquant.export import OrtStepDecoder, export_step_onnx, torch_greedy
-from compress.rwkvquant.rtn import rtn_quantize
-from compress.rwkvquant.rwkvquant import linear_modules
-from compress.rwkvquant.tensors import QuantLinear
-from models.common import write_json
-from models.rwkv.base import RWKVConfig
-from models.rwkv.checkpoint import build_model
+from edgesmith.compress.rwkvquant.export import OrtStepDecoder, export_step_onnx, torch_greedy
+from edgesmith.compress.rwkvquant.rtn import rtn_quantize
+from edgesmith.compress.rwkvquant.rwkvquant import linear_modules
+from edgesmith.compress.rwkvquant.tensors import QuantLinear
+from edgesmith.common import write_json
+from edgesmith.models.rwkv.base import RWKVConfig
+from edgesmith.models.rwkv.checkpoint import build_model
 
 
 def random_model(version: int, n_layer: int, n_embd: int, head_size: int, seed: int = 0):

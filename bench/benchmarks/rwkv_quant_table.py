@@ -1,6 +1,6 @@
 """Perplexity of the RWKV reference models: fp32 vs RTN, GPTQ, GPTVQ, RWKVQuant at ~3.3 and ~4.3 bpw.
 
-    python -m bench.benchmarks.rwkv_quant_table [--models rwkv6-ref rwkv7-ref] [--bits 3 4] \
+    python -m edgesmith.bench.benchmarks.rwkv_quant_table [--models rwkv6-ref rwkv7-ref] [--bits 3 4] \
         [--vectors quantized fp] [--out-dir bench/results/rwkv_quant] [--threads 1]
 
 Data: calibration is 64 windows of 128 bytes from the training split (``producer.calibration_data``);
@@ -26,12 +26,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from compress.rwkvquant import make_config, quantize_rwkv, save_quantized
-from compress.rwkvquant.qcheckpoint import quantized_size_bytes
-from models import get_producer
-from models.common import atomic_path, write_json
-from models.rwkv.data import load_validation, sequences
-from models.rwkv.train import perplexity
+from edgesmith.compress.rwkvquant import make_config, quantize_rwkv, save_quantized
+from edgesmith.compress.rwkvquant.qcheckpoint import quantized_size_bytes
+from edgesmith.models import get_producer
+from edgesmith.common import atomic_path, write_json
+from edgesmith.models.rwkv.data import load_validation, sequences
+from edgesmith.models.rwkv.train import perplexity
 
 METHODS = ("rtn", "gptq", "gptvq", "rwkvquant")
 TUNED = "rwkvquant-val"  # RWKVQuant with its percentile chosen on the validation split

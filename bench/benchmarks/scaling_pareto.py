@@ -1,6 +1,6 @@
 """Scaling up, down and out on three targets: accuracy vs parameters, latency and energy, Pareto fronts.
 
-    .venv/bin/python -m bench.benchmarks.scaling_pareto --out runs/scaling-pareto [--force] [--quick]
+    .venv/bin/python -m edgesmith.bench.benchmarks.scaling_pareto --out runs/scaling-pareto [--force] [--quick]
 
 Models (producer ``scaling-student``, see ``models/scaling``): the teacher (scaling up), distilled
 students at several widths (scaling down), and routers over specialists (scaling out). Every model
@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from bench.deploy import DeployOptions, deploy, environment
-from hardware import PlanOptions
-from models import get_producer
-from models.common import EdgesmithError, atomic_path, write_json
+from edgesmith.bench.deploy import DeployOptions, deploy, environment
+from edgesmith.hardware import PlanOptions
+from edgesmith.models import get_producer
+from edgesmith.common import EdgesmithError, atomic_path, write_json
 
 PRODUCER = "scaling-student"
 TARGETS = ("host-cpu", "jetson-orin-nano", "loihi2")
@@ -60,7 +60,7 @@ def pareto_front(costs, values) -> list[bool]:
 
 def loihi_support(producer) -> str | None:
     """None when export-lava can map the model, else the reason it cannot."""
-    from compress.export_lava import linear_relu_layers
+    from edgesmith.compress.export_lava import linear_relu_layers
 
     try:
         linear_relu_layers(producer.module)
@@ -195,7 +195,7 @@ def plot_target(rows: list[dict], target: str, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.benchmarks.scaling_pareto", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m edgesmith.bench.benchmarks.scaling_pareto", description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--quick", action="store_true", help="two tiny models, 5 timed calls (tests)")

@@ -1,6 +1,6 @@
 """Self-consuming loop under benign, noisy (phi) and adversarial (label-flip) curation: E[true reward] by round.
 
-    .venv/bin/python -m bench.benchmarks.selfconsume_claim --out runs/selfconsume-claim [--force] [--quick]
+    .venv/bin/python -m edgesmith.bench.benchmarks.selfconsume_claim --out runs/selfconsume-claim [--force] [--quick]
 
 The paper's toy claim: with curation by user preferences the retrained generator's expected reward
 rises; adversarial curation drives it down (or stalls it); mixing in real data stabilises the loop.
@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from bench.benchmarks.claim_io import refuse_existing, write_claim
-from models.common import atomic_path
-from models.selfconsume.loop import LoopConfig, run_loop
+from edgesmith.bench.benchmarks.claim_io import refuse_existing, write_claim
+from edgesmith.common import atomic_path
+from edgesmith.models.selfconsume.loop import LoopConfig, run_loop
 
 CONDITIONS = {
     "benign": {},

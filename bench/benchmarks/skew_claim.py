@@ -1,6 +1,6 @@
 """Expressivity of the generalised skew spectrum on all 1044 seven-node graphs of the networkx atlas.
 
-    .venv/bin/python -m bench.benchmarks.skew_claim --out runs/skew-claim [--force] [--quick]
+    .venv/bin/python -m edgesmith.bench.benchmarks.skew_claim --out runs/skew-claim [--force] [--quick]
 
 For k = 2, 3, 4 (k = 3 is Kondor and Borgwardt's skew spectrum; 2 the power spectrum; 4 the next
 k-correlation) and for the orbit-function generalisation (a node attribute as a second function on
@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from bench.benchmarks.claim_io import refuse_existing, write_claim
-from models.common import EdgesmithError, atomic_path
-from models.skew.producer import atlas_graphs, permute_graphs
-from models.skew.spectrum import correlation_bruteforce, skew_spectrum, spectrum_patterns
+from edgesmith.bench.benchmarks.claim_io import refuse_existing, write_claim
+from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.models.skew.producer import atlas_graphs, permute_graphs
+from edgesmith.models.skew.spectrum import correlation_bruteforce, skew_spectrum, spectrum_patterns
 
 DECIMALS = 6
 
@@ -171,7 +171,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     res = run(ks, a.perms, a.seed, 150 if a.quick else None, bruteforce=not a.quick)
     res.update(date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), quick=a.quick,
-               wall_seconds=time.perf_counter() - t0, command="python -m bench.benchmarks.skew_claim " + " ".join(argv or []))
+               wall_seconds=time.perf_counter() - t0, command="python -m edgesmith.bench.benchmarks.skew_claim " + " ".join(argv or []))
     print(write_claim(out, a.force, res, to_markdown, lambda folder: plot(res, folder / "distinct_vs_k.png")))
     return 0
 

@@ -1,6 +1,6 @@
 """SQAOA vs one-hot QAOA on correlation clustering: approximation ratio vs brute force, by n and depth p.
 
-    .venv/bin/python -m bench.benchmarks.sqaoa_claim --out runs/sqaoa-claim [--force] [--quick]
+    .venv/bin/python -m edgesmith.bench.benchmarks.sqaoa_claim --out runs/sqaoa-claim [--force] [--quick]
 
 The paper's claim: SQAOA (one qubit per node, sub-problems, nucleus sampling) reaches better
 approximation ratios than one-hot QAOA (n * k qubits), and ratios grow with depth. For each n,
@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from bench.benchmarks.claim_io import refuse_existing, write_claim
-from models.common import EdgesmithError, atomic_path
-from models.sqaoa.graphs import agreement, brute_force, erdos_renyi_signed, set_partitions
-from models.sqaoa.onehot import solve_onehot
-from models.sqaoa.sqaoa import solve, warm_start
+from edgesmith.bench.benchmarks.claim_io import refuse_existing, write_claim
+from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.models.sqaoa.graphs import agreement, brute_force, erdos_renyi_signed, set_partitions
+from edgesmith.models.sqaoa.onehot import solve_onehot
+from edgesmith.models.sqaoa.sqaoa import solve, warm_start
 
 
 def opt_k(w: np.ndarray, k: int) -> float:

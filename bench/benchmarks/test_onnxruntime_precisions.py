@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtimes import get_runtime
+from edgesmith.runtimes import get_runtime
 
 THREADS = 2
 

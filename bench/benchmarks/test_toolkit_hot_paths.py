@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.latency import measure_latency
-from compress import Artifact, apply_pass
-from compress.export_onnx import ExportOnnxConfig
-from compress.quant_int4 import Int4WeightOnlyConfig
-from compress.quant_int8 import Int8QdqConfig
-from runtimes.base import Runtime
+from edgesmith.bench.latency import measure_latency
+from edgesmith.compress import Artifact, apply_pass
+from edgesmith.compress.export_onnx import ExportOnnxConfig
+from edgesmith.compress.quant_int4 import Int4WeightOnlyConfig
+from edgesmith.compress.quant_int8 import Int8QdqConfig
+from edgesmith.runtimes.base import Runtime
 
 LOOP_REPS = 1000
 

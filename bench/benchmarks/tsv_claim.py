@@ -1,7 +1,7 @@
 """Paper 18 claim: TSV separates truthful from hallucinated responses better than an unsteered probe,
 and the optimal-transport stage adds to the exemplars; then the same detector on RWKVQuant models.
 
-    .venv/bin/python -m bench.benchmarks.tsv_claim --out runs/tsv-claim [--force] [--quick] [--seeds 0 1 2 3 4]
+    .venv/bin/python -m edgesmith.bench.benchmarks.tsv_claim --out runs/tsv-claim [--force] [--quick] [--seeds 0 1 2 3 4]
 
 One LM (``tsv-rwkv``: the RWKV-7 reference fine-tuned on the synthetic fact world, ``world_seed`` 0)
 serves every seed; a seed draws the question split, the 32 labelled exemplars and the TSV
@@ -27,12 +27,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from models import get_producer
-from bench.benchmarks.claim_io import refuse_existing, write_claim
-from models.common import EdgesmithError
-from models.ood.scores import auroc
-from models.tsv.facts import corpus
-from models.tsv.method import SteeredRWKV, embed, train_tsv, truth_scores
+from edgesmith.models import get_producer
+from edgesmith.bench.benchmarks.claim_io import refuse_existing, write_claim
+from edgesmith.common import EdgesmithError
+from edgesmith.models.ood.scores import auroc
+from edgesmith.models.tsv.facts import corpus
+from edgesmith.models.tsv.method import SteeredRWKV, embed, train_tsv, truth_scores
 
 METHODS = ("probe", "exemplars only", "TSV")
 
@@ -86,7 +86,7 @@ def answer_loglik(lm, tokens: np.ndarray, n_last: int = 6) -> np.ndarray:
 
 def quantized_lms(lm, world, bits: list[int], tiny: bool) -> tuple[dict, dict]:
     """RWKVQuant copies of ``lm`` (the paper's hybrid SQ/VQ), calibrated on fine-tuning text windows."""
-    from compress.rwkvquant import make_config, quantize_rwkv
+    from edgesmith.compress.rwkvquant import make_config, quantize_rwkv
 
     stream = corpus(world, 4000, np.random.default_rng(12345))
     rng = np.random.default_rng(1)

@@ -1,6 +1,6 @@
 """WaveGC claim: learned admissible wavelets capture long-range dependencies a GCN of the same depth misses.
 
-    .venv/bin/python -m bench.benchmarks.wavegc_claim --out runs/wavegc-claim [--force] [--quick]
+    .venv/bin/python -m edgesmith.bench.benchmarks.wavegc_claim --out runs/wavegc-claim [--force] [--quick]
 
 Long-range node regression on path/ring graphs of up to 64 nodes (``models.wavegc.data``): WaveGC
 vs a GCN of the same depth and width vs the non-admissible ablation (wavelets built from odd
@@ -21,12 +21,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from bench.benchmarks.claim_io import refuse_existing, write_claim
-from models.common import atomic_path
-from models.wavegc.config import DataConfig, TrainConfig, WaveGCConfig
-from models.wavegc.data import N_FEATURES, load_splits
-from models.wavegc.train import predict_torch, score, train
-from models.wavegc.wavegc import GCN, WaveGC
+from edgesmith.bench.benchmarks.claim_io import refuse_existing, write_claim
+from edgesmith.common import atomic_path
+from edgesmith.models.wavegc.config import DataConfig, TrainConfig, WaveGCConfig
+from edgesmith.models.wavegc.data import N_FEATURES, load_splits
+from edgesmith.models.wavegc.train import predict_torch, score, train
+from edgesmith.models.wavegc.wavegc import GCN, WaveGC
 
 MODELS = {
     "WaveGC": lambda cfg: WaveGC(cfg),

@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.common import EdgesmithError, atomic_path
-from models.lrnn.s5 import S5Denoiser
+from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.models.lrnn.s5 import S5Denoiser
 
 
 # --- netx -----------------------------------------------------------------------------------------

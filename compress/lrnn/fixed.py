@@ -30,10 +30,10 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from compress.base import Artifact, PassConfig, PassContext, PassReport, PassResult, register_pass
-from models.common import EdgesmithError, atomic_path
-from models.lrnn.s5 import SIG_KNOTS, S5Denoiser
-from models.lrnn.train import TrainConfig, train
+from edgesmith.compress.base import Artifact, PassConfig, PassContext, PassReport, PassResult, register_pass
+from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.models.lrnn.s5 import SIG_KNOTS, S5Denoiser
+from edgesmith.models.lrnn.train import TrainConfig, train
 
 FORMAT_NAME = "edgesmith-lrnn-fixed"
 SCHEMA_VERSION = 1

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from compress.prune import magnitude_masks
-from models.common import Config
-from models.lrnn.train import TrainConfig, train
+from edgesmith.compress.prune import magnitude_masks
+from edgesmith.common import Config
+from edgesmith.models.lrnn.train import TrainConfig, train
 
 
 @dataclass(frozen=True)

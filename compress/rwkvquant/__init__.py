@@ -1,7 +1,7 @@
 """RWKV quantization: RTN, GPTQ, GPTVQ and RWKVQuant in one framework (passes rwkv-rtn, rwkv-gptq,
 rwkv-gptvq, rwkvquant), exact bit accounting, exact save/reload, ONNX export of the decode step."""
-from compress.rwkvquant.qcheckpoint import load_quantized, save_quantized
-from compress.rwkvquant.rwkvquant import (GPTQConfig, GPTVQConfig, RTNConfig, RWKVQuantConfig, make_config,
+from edgesmith.compress.rwkvquant.qcheckpoint import load_quantized, save_quantized
+from edgesmith.compress.rwkvquant.rwkvquant import (GPTQConfig, GPTVQConfig, RTNConfig, RWKVQuantConfig, make_config,
                                           quantize_rwkv)
 
 __all__ = ["GPTQConfig", "GPTVQConfig", "RTNConfig", "RWKVQuantConfig", "make_config", "quantize_rwkv",

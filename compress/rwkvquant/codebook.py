@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from compress.rwkvquant.tensors import VecCodebook, dequantize_codebook, quantize_codebook
+from edgesmith.compress.rwkvquant.tensors import VecCodebook, dequantize_codebook, quantize_codebook
 
 
 class ShiftImportance:

@@ -26,10 +26,10 @@ import torch
 from onnx import helper, numpy_helper
 from torch import nn
 
-from compress.export_onnx import MatMulLinear
-from compress.rwkvquant.tensors import QuantLinear, SQTensor, VQTensor
-from models.common import EdgesmithError, atomic_path
-from models.rwkv.base import RWKVState
+from edgesmith.compress.export_onnx import MatMulLinear
+from edgesmith.compress.rwkvquant.tensors import QuantLinear, SQTensor, VQTensor
+from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.models.rwkv.base import RWKVState
 
 STATE_NAMES = ("att_x", "ffn_x", "wkv")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from compress.rwkvquant.rtn import dequant_with_grid, group_grid, quantize_with_grid
-from compress.rwkvquant.tensors import SQTensor
+from edgesmith.compress.rwkvquant.rtn import dequant_with_grid, group_grid, quantize_with_grid
+from edgesmith.compress.rwkvquant.tensors import SQTensor
 
 
 def prepare_hessian(w: torch.Tensor, H: torch.Tensor, damp: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from compress.rwkvquant.gptq import hessian_inverse_cholesky, prepare_hessian
-from compress.rwkvquant.tensors import VQTensor, dequantize_codebook, quantize_codebook
+from edgesmith.compress.rwkvquant.gptq import hessian_inverse_cholesky, prepare_hessian
+from edgesmith.compress.rwkvquant.tensors import VQTensor, dequantize_codebook, quantize_codebook
 
 
 def weighted_kmeans(x: torch.Tensor, wt: torch.Tensor, k: int, iters: int, gen: torch.Generator) -> torch.Tensor:

@@ -21,10 +21,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from compress.rwkvquant.tensors import QuantLinear, SQTensor, VecCodebook, VQTensor, pack_bits, unpack_bits
-from models.common import EdgesmithError, atomic_path
-from models.rwkv.base import RWKVConfig
-from models.rwkv.checkpoint import build_model
+from edgesmith.compress.rwkvquant.tensors import QuantLinear, SQTensor, VecCodebook, VQTensor, pack_bits, unpack_bits
+from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.models.rwkv.base import RWKVConfig
+from edgesmith.models.rwkv.checkpoint import build_model
 
 FORMAT = "edgesmith-rwkv-quant/1"
 

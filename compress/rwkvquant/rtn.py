@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from compress.rwkvquant.tensors import SQTensor, fp16_round
+from edgesmith.compress.rwkvquant.tensors import SQTensor, fp16_round
 
 
 def group_grid(w: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -32,14 +32,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from compress.base import Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult, register_pass
-from compress.rwkvquant.codebook import ShiftImportance, optimise_codebook, weighted_error
-from compress.rwkvquant.gptq import gptq_quantize
-from compress.rwkvquant.gptvq import gptvq_quantize
-from compress.rwkvquant.proxies import coarse_proxy, decide, fine_proxy, max_over_rms, thresholds
-from compress.rwkvquant.rtn import rtn_quantize
-from compress.rwkvquant.tensors import CODEBOOK_BITS, FP16_BITS, QuantLinear, SQTensor, VecCodebook
-from models.common import EdgesmithError
+from edgesmith.compress.base import Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult, register_pass
+from edgesmith.compress.rwkvquant.codebook import ShiftImportance, optimise_codebook, weighted_error
+from edgesmith.compress.rwkvquant.gptq import gptq_quantize
+from edgesmith.compress.rwkvquant.gptvq import gptvq_quantize
+from edgesmith.compress.rwkvquant.proxies import coarse_proxy, decide, fine_proxy, max_over_rms, thresholds
+from edgesmith.compress.rwkvquant.rtn import rtn_quantize
+from edgesmith.compress.rwkvquant.tensors import CODEBOOK_BITS, FP16_BITS, QuantLinear, SQTensor, VecCodebook
+from edgesmith.common import EdgesmithError
 
 METHODS = ("rtn", "gptq", "gptvq", "rwkvquant")
 PROXIES = ("paper", "max-rms")
@@ -338,7 +338,7 @@ def quantize_rwkv(model: nn.Module, calibration: np.ndarray, config: RWKVQuantBa
 def _rwkv_quant_pass(artifact: Artifact, config: RWKVQuantBase, ctx: PassContext) -> PassResult:
     calib = ctx.calibration_checked("calibration token windows (training split)")
     qmodel, report = quantize_rwkv(artifact.module, calib, config)
-    from compress.rwkvquant.qcheckpoint import quantized_size_bytes
+    from edgesmith.compress.rwkvquant.qcheckpoint import quantized_size_bytes
 
     report.size_before_bytes = artifact.size_bytes()
     report.size_after_bytes = quantized_size_bytes(qmodel)

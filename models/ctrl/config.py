@@ -5,7 +5,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from models.common import EdgesmithError
+from edgesmith.common import EdgesmithError
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.ctrl.world import FIX_TYPES, L_MAX, OPS, P, VISIBLE, Problem, Program, run, valid_critiques
+from edgesmith.models.ctrl.world import FIX_TYPES, L_MAX, OPS, P, VISIBLE, Problem, Program, run, valid_critiques
 
 N_CRITIQUES = L_MAX * len(FIX_TYPES)
 _SLOT = len(OPS) + (P - 1) + 1

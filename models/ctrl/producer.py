@@ -13,12 +13,12 @@ import hashlib
 import numpy as np
 import torch
 
-from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import atomic_path, cache_dir
-from models.ctrl.config import CtrlConfig
-from models.ctrl.critic import FEATURES, CriticNet, encode_batch
-from models.ctrl.train import grpo, iterate, network_policy, no_critique_policy, sft
-from models.ctrl.world import sample_problems
+from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
+from edgesmith.common import atomic_path, cache_dir
+from edgesmith.models.ctrl.config import CtrlConfig
+from edgesmith.models.ctrl.critic import FEATURES, CriticNet, encode_batch
+from edgesmith.models.ctrl.train import grpo, iterate, network_policy, no_critique_policy, sft
+from edgesmith.models.ctrl.world import sample_problems
 
 
 def problem_sets(cfg: CtrlConfig) -> dict:

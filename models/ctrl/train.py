@@ -26,11 +26,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from models.ctrl.config import CtrlConfig
-from models.ctrl.critic import (
+from edgesmith.models.ctrl.config import CtrlConfig
+from edgesmith.models.ctrl.critic import (
     CriticNet, critique_masks, decode, encode_batch, masked_log_probs,
 )
-from models.ctrl.world import Problem, Program, passes, passes_visible, passing_critiques, revise, sample_problem
+from edgesmith.models.ctrl.world import Problem, Program, passes, passes_visible, passing_critiques, revise, sample_problem
 
 # states -> one critique per state, or None for "no critique"
 Policy = Callable[[list[tuple[Program, Problem]]], list]

@@ -4,11 +4,11 @@ communication compressors with error feedback, and a DDP communication hook buil
 Backends are gloo on CPU machines and NCCL where every process has its own GPU; processes are
 always started by ``torchrun`` (never a home-made message layer).
 """
-from models.distributed.compressors import (Compressor, ErrorFeedback, Identity, Quantize, TopK,
+from edgesmith.models.distributed.compressors import (Compressor, ErrorFeedback, Identity, Quantize, TopK,
                                             make_compressor)
-from models.distributed.comm import Comm, CompressedMean
-from models.distributed.ddp_hook import CompressionHookState, compression_hook
-from models.distributed.launch import LaunchResult, choose_backend, launch, torchrun_path
+from edgesmith.models.distributed.comm import Comm, CompressedMean
+from edgesmith.models.distributed.ddp_hook import CompressionHookState, compression_hook
+from edgesmith.models.distributed.launch import LaunchResult, choose_backend, launch, torchrun_path
 
 __all__ = ["Comm", "CompressedMean", "Compressor", "CompressionHookState", "ErrorFeedback", "Identity",
            "LaunchResult", "Quantize", "TopK", "choose_backend", "compression_hook", "launch",

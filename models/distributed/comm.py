@@ -18,8 +18,8 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from models.common import write_json
-from models.distributed.compressors import Compressor, ErrorFeedback, Identity
+from edgesmith.common import write_json
+from edgesmith.models.distributed.compressors import Compressor, ErrorFeedback, Identity
 
 BACKEND_ENV = "EDGESMITH_DIST_BACKEND"
 TIMEOUT_ENV = "EDGESMITH_DIST_TIMEOUT_S"

@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from models.common import EdgesmithError
+from edgesmith.common import EdgesmithError
 
 EF_MODES = ("ef14", "ef21", "none")
 

@@ -16,8 +16,8 @@ starts from empty memory. The collectives run synchronously and are byte-counted
 import torch
 import torch.distributed as dist
 
-from models.distributed.comm import Comm, CompressedMean
-from models.distributed.compressors import Compressor
+from edgesmith.models.distributed.comm import Comm, CompressedMean
+from edgesmith.models.distributed.compressors import Compressor
 
 
 class CompressionHookState:

@@ -1,6 +1,6 @@
 """Run a module's worker entry point under ``torchrun`` with N processes and collect rank 0's result.
 
-    res = launch("models.eflanding.worker", {"iters": 500}, nproc=4)
+    res = launch("edgesmith.models.eflanding.worker", {"iters": 500}, nproc=4)
     res.result          # what rank 0's function returned
     res.communication   # processes, backend, bytes sent per worker and in total
 
@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.common import EdgesmithError
-from models.distributed.comm import BACKEND_ENV, TIMEOUT_ENV
+from edgesmith.common import EdgesmithError
+from edgesmith.models.distributed.comm import BACKEND_ENV, TIMEOUT_ENV
 
 
 @dataclass

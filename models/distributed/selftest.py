@@ -1,6 +1,6 @@
 """Check the compression hook against plain DDP on this machine's backend (a torchrun worker).
 
-    .venv/bin/torchrun --nproc-per-node 2 --standalone -m models.distributed.selftest \
+    .venv/bin/torchrun --nproc-per-node 2 --standalone -m edgesmith.models.distributed.selftest \
         --config '{"topk": 0.25}' --result /tmp/check.json
 
 Each rank holds different data. Three checks, reported by rank 0 as maximum absolute differences:
@@ -15,9 +15,9 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from models.distributed.comm import Comm, run_worker
-from models.distributed.compressors import Identity, TopK
-from models.distributed.ddp_hook import CompressionHookState, compression_hook
+from edgesmith.models.distributed.comm import Comm, run_worker
+from edgesmith.models.distributed.compressors import Identity, TopK
+from edgesmith.models.distributed.ddp_hook import CompressionHookState, compression_hook
 
 
 def _grads(model: nn.Module) -> torch.Tensor:

@@ -5,8 +5,8 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from models.common import EdgesmithError
-from models.dpfl.privacy import SCHEDULES
+from edgesmith.common import EdgesmithError
+from edgesmith.models.dpfl.privacy import SCHEDULES
 
 METHODS = ("cancel", "fresh", "nonprivate")
 

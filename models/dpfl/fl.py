@@ -17,16 +17,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from models.dpfl.config import DPFLConfig
-from models.dpfl.logreg import per_sample_grads
-from models.dpfl.privacy import noise_std
+from edgesmith.models.dpfl.config import DPFLConfig
+from edgesmith.models.dpfl.logreg import per_sample_grads
+from edgesmith.models.dpfl.privacy import noise_std
 
 
 class Client:
     """One client: its samples in a fixed random order (each used once) and its noise memory."""
 
     def __init__(self, index: int, x: np.ndarray, y: np.ndarray, cfg: DPFLConfig, sigma: float):
-        from models.dpfl.logreg import augment
+        from edgesmith.models.dpfl.logreg import augment
 
         self.index, self.cfg, self.sigma = index, cfg, sigma
         order = np.random.default_rng([cfg.seed, 21, index]).permutation(len(x))

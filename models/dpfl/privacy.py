@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from models.common import EdgesmithError
+from edgesmith.common import EdgesmithError
 
 SCHEDULES = ("growing", "constant")
 

@@ -13,11 +13,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import atomic_path, cache_dir
-from models.distributed.launch import launch
-from models.dpfl.config import DPFLConfig
-from models.dpfl.worker import data_of
+from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
+from edgesmith.common import atomic_path, cache_dir
+from edgesmith.models.distributed.launch import launch
+from edgesmith.models.dpfl.config import DPFLConfig
+from edgesmith.models.dpfl.worker import data_of
 
 PROCESSES = 4
 
@@ -67,7 +67,7 @@ class DPFLLogReg(Producer):
                 return self
             except Exception:  # a damaged cache entry is retrained, never trusted
                 path.unlink(missing_ok=True)
-        res = launch("models.dpfl.worker", {"runs": [self.config.to_dict()]}, nproc=self.processes,
+        res = launch("edgesmith.models.dpfl.worker", {"runs": [self.config.to_dict()]}, nproc=self.processes,
                      timeout_s=self.timeout_s)
         run = res.result["runs"][0]
         theta = torch.tensor(run["theta"], dtype=torch.float64)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import torch
 
-from models.distributed.comm import Comm, run_worker
-from models.dpfl.config import DPFLConfig
-from models.dpfl.data import FedData
-from models.dpfl.fl import Client, run_rounds
-from models.dpfl.logreg import accuracy, augment, loss, optimum
-from models.dpfl import privacy
+from edgesmith.models.distributed.comm import Comm, run_worker
+from edgesmith.models.dpfl.config import DPFLConfig
+from edgesmith.models.dpfl.data import FedData
+from edgesmith.models.dpfl.fl import Client, run_rounds
+from edgesmith.models.dpfl.logreg import accuracy, augment, loss, optimum
+from edgesmith.models.dpfl import privacy
 
 
 def data_of(cfg: DPFLConfig) -> FedData:

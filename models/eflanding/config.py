@@ -5,8 +5,8 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from models.common import EdgesmithError
-from models.distributed.compressors import EF_MODES, make_compressor
+from edgesmith.common import EdgesmithError
+from edgesmith.models.distributed.compressors import EF_MODES, make_compressor
 
 MESSAGES = ("gradient", "field")
 

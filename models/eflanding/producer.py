@@ -15,12 +15,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import EdgesmithError, atomic_path, cache_dir
-from models.distributed.launch import launch
-from models.eflanding.config import EFLandingConfig
-from models.eflanding.pca import explained_variance_ratio
-from models.eflanding.worker import problem_of
+from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
+from edgesmith.common import EdgesmithError, atomic_path, cache_dir
+from edgesmith.models.distributed.launch import launch
+from edgesmith.models.eflanding.config import EFLandingConfig
+from edgesmith.models.eflanding.pca import explained_variance_ratio
+from edgesmith.models.eflanding.worker import problem_of
 
 TEST_PER_WORKER = 250
 
@@ -78,7 +78,7 @@ class EFLandingPCA(Producer):
                 return self
             except Exception:  # a damaged cache entry is retrained, never trusted
                 path.unlink(missing_ok=True)
-        res = launch("models.eflanding.worker", {"runs": [self.config.to_dict()]}, nproc=self.config.workers,
+        res = launch("edgesmith.models.eflanding.worker", {"runs": [self.config.to_dict()]}, nproc=self.config.workers,
                      timeout_s=self.timeout_s)
         run = res.result["runs"][0]
         x = torch.tensor(run["x"], dtype=torch.float64)

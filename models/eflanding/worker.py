@@ -4,7 +4,7 @@ Every rank holds the same X (identical start from the seed); rank r holds worker
 covariance. Per iteration each rank sends its compressed message through ``CompressedMean`` (error
 feedback included) and applies the same landing step to its copy of X, so the copies stay equal.
 
-    launch("models.eflanding.worker", {"runs": [EFLandingConfig(...).to_dict(), ...]}, nproc=4)
+    launch("edgesmith.models.eflanding.worker", {"runs": [EFLandingConfig(...).to_dict(), ...]}, nproc=4)
 
 returns, per run, a history of (iteration, floats sent per worker, optimality gap, feasibility) and the
 final X. The optimality gap is f(polar(X)) - f* (X projected onto the manifold, so it is >= 0 and not
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import torch
 
-from models.distributed.comm import Comm, CompressedMean, run_worker
-from models.distributed.compressors import make_compressor
-from models.eflanding.config import EFLandingConfig
-from models.eflanding.landing import feasibility, normal_term, polar, relative_gradient
-from models.eflanding.pca import PCAProblem, objective, optimum
+from edgesmith.models.distributed.comm import Comm, CompressedMean, run_worker
+from edgesmith.models.distributed.compressors import make_compressor
+from edgesmith.models.eflanding.config import EFLandingConfig
+from edgesmith.models.eflanding.landing import feasibility, normal_term, polar, relative_gradient
+from edgesmith.models.eflanding.pca import PCAProblem, objective, optimum
 
 
 def initial_point(cfg: EFLandingConfig) -> torch.Tensor:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from models.common import Config
+from edgesmith.common import Config
 
 FINETUNE_MODES = ("eq", "plain", "none")
 

@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.common import EdgesmithError
-from models.eqvae.config import AEConfig
+from edgesmith.common import EdgesmithError
+from edgesmith.models.eqvae.config import AEConfig
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,12 @@ import hashlib
 import numpy as np
 import torch
 
-from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import EdgesmithError, atomic_path, cache_dir
-from models.eqvae.config import FINETUNE_MODES, AEConfig, ShapesConfig, TrainConfig
-from models.eqvae.model import VAE, DeployedAE
-from models.eqvae.shapes import load_splits
-from models.eqvae.train import KINDS, equivariance_errors, finetune, psnr, train_base
+from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
+from edgesmith.common import EdgesmithError, atomic_path, cache_dir
+from edgesmith.models.eqvae.config import FINETUNE_MODES, AEConfig, ShapesConfig, TrainConfig
+from edgesmith.models.eqvae.model import VAE, DeployedAE
+from edgesmith.models.eqvae.shapes import load_splits
+from edgesmith.models.eqvae.train import KINDS, equivariance_errors, finetune, psnr, train_base
 
 
 @register_producer

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from models.eqvae.config import ShapesConfig
+from edgesmith.models.eqvae.config import ShapesConfig
 
 KINDS = ("circle", "square", "triangle")
 

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from models.eqvae.config import AEConfig, TrainConfig
-from models.eqvae.model import VAE, Transform, sample_transform, scales
+from edgesmith.models.eqvae.config import AEConfig, TrainConfig
+from edgesmith.models.eqvae.model import VAE, Transform, sample_transform, scales
 
 
 def kl_term(mean: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:

@@ -18,8 +18,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from models.common import EdgesmithError
-from models.founder.world_model import gaussian_kl
+from edgesmith.common import EdgesmithError
+from edgesmith.models.founder.world_model import gaussian_kl
 
 
 class Mapping(nn.Module):

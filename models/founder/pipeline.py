@@ -6,10 +6,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from models.founder.config import FounderConfig
-from models.founder.env import GridWorld, collect_offline
-from models.founder.grounding import Mapping, TemporalDistance, train_distance, train_mapping
-from models.founder.world_model import RSSM, train_world_model
+from edgesmith.models.founder.config import FounderConfig
+from edgesmith.models.founder.env import GridWorld, collect_offline
+from edgesmith.models.founder.grounding import Mapping, TemporalDistance, train_distance, train_mapping
+from edgesmith.models.founder.world_model import RSSM, train_world_model
 
 
 @dataclass

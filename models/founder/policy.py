@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.founder.config import PolicyConfig
-from models.founder.env import N_ACTIONS, GridWorld
-from models.founder.grounding import cosine_reward
+from edgesmith.models.founder.config import PolicyConfig
+from edgesmith.models.founder.env import N_ACTIONS, GridWorld
+from edgesmith.models.founder.grounding import cosine_reward
 
 
 class ActorCritic(nn.Module):

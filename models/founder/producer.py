@@ -18,12 +18,12 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import atomic_path, cache_dir
-from models.founder.config import FounderConfig
-from models.founder.env import GridWorld
-from models.founder.grounding import RewardHead, spearman
-from models.founder.pipeline import make_parts, offline_data, train_parts
+from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
+from edgesmith.common import atomic_path, cache_dir
+from edgesmith.models.founder.config import FounderConfig
+from edgesmith.models.founder.env import GridWorld
+from edgesmith.models.founder.grounding import RewardHead, spearman
+from edgesmith.models.founder.pipeline import make_parts, offline_data, train_parts
 
 TEST_NOISE_OFFSET = 10_000  # view-B noise of the evaluation pairs comes from seed + this: never seen in training
 

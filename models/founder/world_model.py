@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from models.founder.env import N_ACTIONS
+from edgesmith.models.founder.env import N_ACTIONS
 
 
 def gaussian_kl(mu_q, logstd_q, mu_p, logstd_p) -> torch.Tensor:

@@ -1,4 +1,4 @@
 """GBRL: gradient-boosted trees as RL function approximators (Numba engine, PPO/A2C, exports)."""
-from models.gbrl.ensemble import GBTEnsemble
+from edgesmith.models.gbrl.ensemble import GBTEnsemble
 
 __all__ = ["GBTEnsemble"]

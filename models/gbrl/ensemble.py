@@ -18,8 +18,8 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from models.common import EdgesmithError, atomic_path, check_finite_array
-from models.gbrl import binning, tree
+from edgesmith.common import EdgesmithError, atomic_path, check_finite_array
+from edgesmith.models.gbrl import binning, tree
 
 SPLIT_SCORES = ("cosine", "l2")
 GROW_POLICIES = ("greedy", "oblivious")

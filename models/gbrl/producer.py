@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import cache_dir
-from models.gbrl.ensemble import GBTEnsemble
-from models.gbrl.rl import PPO, PPOConfig, evaluate_policy
+from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
+from edgesmith.common import cache_dir
+from edgesmith.models.gbrl.ensemble import GBTEnsemble
+from edgesmith.models.gbrl.rl import PPO, PPOConfig, evaluate_policy
 
 ENV_ID = "CartPole-v1"
 

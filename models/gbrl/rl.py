@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.common import EdgesmithError, seed_everything
-from models.gbrl.ensemble import GBTEnsemble
+from edgesmith.common import EdgesmithError, seed_everything
+from edgesmith.models.gbrl.ensemble import GBTEnsemble
 
 
 # --- policies ---------------------------------------------------------------------------------------

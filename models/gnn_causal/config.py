@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from models.common import Config
+from edgesmith.common import Config
 
 
 def _positive_int(cfg: Config, name: str, minimum: int = 1) -> None:

@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.common import EdgesmithError
-from models.gnn_causal.config import DataConfig
+from edgesmith.common import EdgesmithError
+from edgesmith.models.gnn_causal.config import DataConfig
 
 N_TOPICS, N_SENT, SYNONYMS, N_FILLER, N_PROMPT_WORDS = 3, 2, 3, 20, 12
 TOPIC0, SENT0 = 0, N_TOPICS * SYNONYMS

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from models.gnn_causal.config import ModelConfig
-from models.gnn_causal.data import unpack
+from edgesmith.models.gnn_causal.config import ModelConfig
+from edgesmith.models.gnn_causal.data import unpack
 
 
 @dataclass(frozen=True)

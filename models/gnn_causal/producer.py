@@ -19,12 +19,12 @@ import hashlib
 import numpy as np
 import torch
 
-from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import cache_dir, load_or_train
-from models.gnn_causal.config import DataConfig, ModelConfig, TrainConfig
-from models.gnn_causal.data import N_CLASSES, counterfactual_labels, load_splits, pack
-from models.gnn_causal.gnn import CausalGNN
-from models.gnn_causal.train import pair_nodes, train
+from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
+from edgesmith.common import cache_dir, load_or_train
+from edgesmith.models.gnn_causal.config import DataConfig, ModelConfig, TrainConfig
+from edgesmith.models.gnn_causal.data import N_CLASSES, counterfactual_labels, load_splits, pack
+from edgesmith.models.gnn_causal.gnn import CausalGNN
+from edgesmith.models.gnn_causal.train import pair_nodes, train
 
 IIA_SEED = 12345  # pairs and nodes of the input-site IIA; fixed so every variant is scored on the same pairs
 

@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.common import seed_everything
-from models.gnn_causal.config import TrainConfig
-from models.gnn_causal.data import GraphSet, counterfactual_labels
-from models.gnn_causal.gnn import CausalGNN, Site, interchange
+from edgesmith.common import seed_everything
+from edgesmith.models.gnn_causal.config import TrainConfig
+from edgesmith.models.gnn_causal.data import GraphSet, counterfactual_labels
+from edgesmith.models.gnn_causal.gnn import CausalGNN, Site, interchange
 
 
 @contextlib.contextmanager

@@ -5,7 +5,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.influence.config import CnnConfig
+from edgesmith.models.influence.config import CnnConfig
 
 
 class TwoPatchCNN(nn.Module):

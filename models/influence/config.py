@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from models.common import Config
+from edgesmith.common import Config
 
 
 class _Config(Config):

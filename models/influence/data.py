@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.influence.config import NoiseDataConfig
+from edgesmith.models.influence.config import NoiseDataConfig
 
 # The feature direction and the noise basis are properties of the distribution, not of a draw: fixed
 # seeds keep them identical across the train and test splits and across data seeds.

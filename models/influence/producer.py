@@ -13,11 +13,11 @@ import hashlib
 import numpy as np
 import torch
 
-from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import atomic_path, cache_dir
-from models.influence.cnn import TwoPatchCNN, train_gd
-from models.influence.config import CnnConfig, NoiseDataConfig
-from models.influence.data import load_splits
+from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
+from edgesmith.common import atomic_path, cache_dir
+from edgesmith.models.influence.cnn import TwoPatchCNN, train_gd
+from edgesmith.models.influence.config import CnnConfig, NoiseDataConfig
+from edgesmith.models.influence.data import load_splits
 
 
 @register_producer

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.common import EdgesmithError
-from models.influence.config import NoiseDataConfig
-from models.influence.data import NoiseSplit, covariances
+from edgesmith.common import EdgesmithError
+from edgesmith.models.influence.config import NoiseDataConfig
+from edgesmith.models.influence.data import NoiseSplit, covariances
 
 
 def oracle_influence(split: NoiseSplit, cfg: NoiseDataConfig) -> np.ndarray:

@@ -4,7 +4,7 @@ No download: each clip is a random sentence spoken by ``espeak-ng`` (voice, spee
 per clip), resampled 22.05 -> 16 kHz and mixed with one of several generated noises (white, pink,
 brown, amplitude-modulated, hum with harmonics, narrow-band babble-like) at an SNR from
 ``DataConfig.snrs_db``. Train, validation and test use disjoint seeds (so disjoint sentences and
-noise draws); the arrays are cached under ``models.common.cache_dir()`` keyed by the config.
+noise draws); the arrays are cached under ``edgesmith.common.cache_dir()`` keyed by the config.
 
 Signal processing of the paper (Intel N-DNS setting): STFT with nfft 512, hop 128 (8 ms at 16 kHz)
 and a periodic Hann window; the model sees the magnitude (log-compressed, ``features``) and returns
@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.common import EdgesmithError, atomic_path, cache_dir
-from models.lrnn.config import Config
+from edgesmith.common import EdgesmithError, atomic_path, cache_dir
+from edgesmith.models.lrnn.config import Config
 
 SR = 16_000
 NFFT = 512

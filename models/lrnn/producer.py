@@ -15,11 +15,11 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import cache_dir, load_or_train
-from models.lrnn.data import HOP, N_BINS, SR, DataConfig, features, load_splits, stft
-from models.lrnn.s5 import S5Config, S5Denoiser
-from models.lrnn.train import TrainConfig, score, train
+from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
+from edgesmith.common import cache_dir, load_or_train
+from edgesmith.models.lrnn.data import HOP, N_BINS, SR, DataConfig, features, load_splits, stft
+from edgesmith.models.lrnn.s5 import S5Config, S5Denoiser
+from edgesmith.models.lrnn.train import TrainConfig, score, train
 
 
 @register_producer

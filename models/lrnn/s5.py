@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from models.lrnn.config import Config
-from models.lrnn.data import N_BINS
+from edgesmith.models.lrnn.config import Config
+from edgesmith.models.lrnn.data import N_BINS
 
 # sigmoid table of the fixed-point GLU: knots at -8, -6, ..., 8 (9 values, 8 linear segments)
 SIG_KNOTS = torch.arange(-8.0, 8.01, 2.0)

@@ -13,9 +13,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from models.common import seed_everything
-from models.lrnn.config import Config
-from models.lrnn.data import Split, apply_mask, features, istft, si_snr, stft, stoi
+from edgesmith.common import seed_everything
+from edgesmith.models.lrnn.config import Config
+from edgesmith.models.lrnn.data import Split, apply_mask, features, istft, si_snr, stft, stoi
 
 MaskFn = Callable[[np.ndarray], np.ndarray]  # features (n, T, 257) -> mask (n, T, 257)
 

@@ -28,7 +28,7 @@ from functools import cached_property
 
 import numpy as np
 
-from models.common import EdgesmithError
+from edgesmith.common import EdgesmithError
 
 PAD = 0
 MASK = 1

@@ -16,11 +16,11 @@ import json
 import numpy as np
 import torch
 
-from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import atomic_path, cache_dir
-from models.medtok.data import Ontology, OntologyConfig
-from models.medtok.tokenizer import MedTokTokenizer, TokenizerConfig
-from models.medtok.train import (
+from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
+from edgesmith.common import atomic_path, cache_dir
+from edgesmith.models.medtok.data import Ontology, OntologyConfig
+from edgesmith.models.medtok.tokenizer import MedTokTokenizer, TokenizerConfig
+from edgesmith.models.medtok.train import (
     DeepSetsHead,
     PatientModel,
     TrainConfig,

@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.common import EdgesmithError
-from models.medtok.data import MASK, PAD, OntologyConfig
+from edgesmith.common import EdgesmithError
+from edgesmith.models.medtok.data import MASK, PAD, OntologyConfig
 
 NEG = -1e4  # additive attention mask; finite so it exports and survives fp16/int8 graphs
 

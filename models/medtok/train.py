@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.medtok.data import Ontology
-from models.medtok.tokenizer import augment
+from edgesmith.models.medtok.data import Ontology
+from edgesmith.models.medtok.tokenizer import augment
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ import math
 import numpy as np
 import torch
 
-from models.common import EdgesmithError
-from models.ncvsd.config import GMMConfig
+from edgesmith.common import EdgesmithError
+from edgesmith.models.ncvsd.config import GMMConfig
 
 
 class GaussianMixture:

@@ -18,7 +18,7 @@ import math
 import torch
 from torch import nn
 
-from models.ncvsd.config import NetConfig
+from edgesmith.models.ncvsd.config import NetConfig
 
 
 def precond(sigma: torch.Tensor, sigma_data: float):

@@ -13,12 +13,12 @@ import hashlib
 import numpy as np
 import torch
 
-from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import EdgesmithError, atomic_path, cache_dir
-from models.ncvsd.config import GMMConfig, NetConfig, TrainConfig
-from models.ncvsd.gmm import GaussianMixture
-from models.ncvsd.nets import Generator
-from models.ncvsd.train import mmd, pack_inputs, sample, sample_sigma, train
+from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
+from edgesmith.common import EdgesmithError, atomic_path, cache_dir
+from edgesmith.models.ncvsd.config import GMMConfig, NetConfig, TrainConfig
+from edgesmith.models.ncvsd.gmm import GaussianMixture
+from edgesmith.models.ncvsd.nets import Generator
+from edgesmith.models.ncvsd.train import mmd, pack_inputs, sample, sample_sigma, train
 
 EVAL_STEPS = (1, 2, 4)
 SIGMA_MAX = 80.0

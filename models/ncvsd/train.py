@@ -31,9 +31,9 @@ import time
 import numpy as np
 import torch
 
-from models.ncvsd.config import NetConfig, TrainConfig
-from models.ncvsd.gmm import GaussianMixture, karras_schedule
-from models.ncvsd.nets import FakeDenoiser, Generator, LogVar
+from edgesmith.models.ncvsd.config import NetConfig, TrainConfig
+from edgesmith.models.ncvsd.gmm import GaussianMixture, karras_schedule
+from edgesmith.models.ncvsd.nets import FakeDenoiser, Generator, LogVar
 
 
 def lognormal(n: int, mean_std: tuple[float, float], gen: torch.Generator) -> torch.Tensor:

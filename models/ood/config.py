@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import json
 
-from models.common import Config as BaseConfig
+from edgesmith.common import Config as BaseConfig
 
 
 class Config(BaseConfig):
-    """The shared config mixin (``models.common.Config``) plus the range checks of the OOD and TSV configs."""
+    """The shared config mixin (``edgesmith.common.Config``) plus the range checks of the OOD and TSV configs."""
 
     def _need_int(self, name: str, lo: int, hi: int | None = None) -> None:
         v = getattr(self, name)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.ood.config import Config
+from edgesmith.models.ood.config import Config
 
 OOD_SETS = ("far-discriminative", "irrelevant-shift", "nuisance-collapsed")
 

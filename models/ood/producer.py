@@ -20,11 +20,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import EdgesmithError, atomic_path, cache_dir, seed_everything
-from models.ood.config import Config
-from models.ood.data import OOD_SETS, GaussConfig, make_splits
-from models.ood.scores import SCORES, all_scores, auroc, fit_mahalanobis, oracle_probe_auroc
+from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
+from edgesmith.common import EdgesmithError, atomic_path, cache_dir, seed_everything
+from edgesmith.models.ood.config import Config
+from edgesmith.models.ood.data import OOD_SETS, GaussConfig, make_splits
+from edgesmith.models.ood.scores import SCORES, all_scores, auroc, fit_mahalanobis, oracle_probe_auroc
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.common import EdgesmithError
+from edgesmith.common import EdgesmithError
 
 SCORES = ("msp", "energy", "mahalanobis")
 

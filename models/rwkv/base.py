@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.common import EdgesmithError
+from edgesmith.common import EdgesmithError
 
 VERSIONS = (6, 7)
 LN_X_EPS = 64e-5  # 1e-5 * head_size_divisor**2 with the official divisor 8

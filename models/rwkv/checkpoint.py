@@ -16,10 +16,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from models.common import EdgesmithError, atomic_path
-from models.rwkv.base import RWKVConfig
-from models.rwkv.rwkv6 import RWKV6
-from models.rwkv.rwkv7 import RWKV7
+from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.models.rwkv.base import RWKVConfig
+from edgesmith.models.rwkv.rwkv6 import RWKV6
+from edgesmith.models.rwkv.rwkv7 import RWKV7
 
 StateDict = dict[str, torch.Tensor]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.common import EdgesmithError
+from edgesmith.common import EdgesmithError
 
 EVAL_MODULUS = 10
 VOCAB_SIZE = 256

@@ -3,18 +3,18 @@
 Inputs are byte-token windows (int64, shape (seq_len,)); calibration windows come from the
 training split only, evaluation is next-byte perplexity on the held-out split (lower is better).
 ``build`` loads ``models/rwkv/weights/rwkv{6,7}-ref.pth``; if a user deleted them it retrains
-(``python -m models.rwkv.train --version N`` does the same from the command line).
+(``python -m edgesmith.models.rwkv.train --version N`` does the same from the command line).
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import EdgesmithError
-from models.rwkv.checkpoint import load_rwkv, save_rwkv
-from models.rwkv.data import load_splits, sequences
-from models.rwkv.train import TrainSettings, perplexity, reference_paths, train
+from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
+from edgesmith.common import EdgesmithError
+from edgesmith.models.rwkv.checkpoint import load_rwkv, save_rwkv
+from edgesmith.models.rwkv.data import load_splits, sequences
+from edgesmith.models.rwkv.train import TrainSettings, perplexity, reference_paths, train
 
 
 class RWKVReference(Producer):

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.rwkv.base import RWKVConfig, RWKVModel, group_norm_heads, ratio_ramp, token_shift
+from edgesmith.models.rwkv.base import RWKVConfig, RWKVModel, group_norm_heads, ratio_ramp, token_shift
 
 
 def wkv7_scan(r, logw, k, v, kk, a, S):

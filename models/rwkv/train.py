@@ -1,7 +1,7 @@
 """Train the small reference RWKV models on stdlib text and write them in the official layout.
 
-    python -m models.rwkv.train --version 6            # -> models/rwkv/weights/rwkv6-ref.pth (+ .json)
-    python -m models.rwkv.train --version 7 --force    # replace the shipped weights
+    python -m edgesmith.models.rwkv.train --version 6            # -> models/rwkv/weights/rwkv6-ref.pth (+ .json)
+    python -m edgesmith.models.rwkv.train --version 7 --force    # replace the shipped weights
 
 The weights are saved in fp16 (official key names, loadable by ``load_rwkv``) beside a JSON file
 with the settings, the data fingerprint, the training loss and the held-out perplexity. Training
@@ -19,10 +19,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from models.common import EdgesmithError, seed_everything, write_json
-from models.rwkv.base import RWKVConfig
-from models.rwkv.checkpoint import build_model, save_rwkv
-from models.rwkv.data import load_splits, sequences
+from edgesmith.common import EdgesmithError, seed_everything, write_json
+from edgesmith.models.rwkv.base import RWKVConfig
+from edgesmith.models.rwkv.checkpoint import build_model, save_rwkv
+from edgesmith.models.rwkv.data import load_splits, sequences
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 

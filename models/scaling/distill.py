@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from models.common import EdgesmithError
+from edgesmith.common import EdgesmithError
 
 GATINGS = ("soft", "hard")
 

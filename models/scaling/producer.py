@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import Config, EdgesmithError, atomic_path, cache_dir
-from models.scaling.distill import GATINGS, ScaledOut, class_groups, fit, group_logits, kd_loss, mlp
+from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
+from edgesmith.common import Config, EdgesmithError, atomic_path, cache_dir
+from edgesmith.models.scaling.distill import GATINGS, ScaledOut, class_groups, fit, group_logits, kd_loss, mlp
 
 N_IN, N_CLASSES = 64, 10
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from models.common import EdgesmithError
+from edgesmith.common import EdgesmithError
 
 ATTACKS = ("none", "random", "gap", "influence")
 
@@ -30,7 +30,7 @@ def n_flips(n_pairs: int, budget: float) -> int:
 def choose_flips(kind: str, x: np.ndarray, pairs: np.ndarray, o: np.ndarray, budget: float,
                  rng: np.random.Generator, clean_model=None, alpha: float = 0.8) -> np.ndarray:
     """Indices of the pairs whose labels the attacker flips (exactly ``n_flips`` of them)."""
-    from models.selfconsume.world import true_reward
+    from edgesmith.models.selfconsume.world import true_reward
 
     b = n_flips(len(pairs), budget)
     if kind == "none" or b == 0:
@@ -59,7 +59,7 @@ def flip(o: np.ndarray, idx: np.ndarray) -> np.ndarray:
 def influence_scores(model, x: np.ndarray, pairs: np.ndarray, o: np.ndarray, alpha: float = 0.8,
                      damping: float = 1e-3) -> np.ndarray:
     """First-order gain of the attacker objective from flipping each pair (higher = more harmful)."""
-    from models.selfconsume.world import true_reward
+    from edgesmith.models.selfconsume.world import true_reward
 
     with torch.no_grad():
         h = model.features(torch.tensor(x, dtype=torch.float32)).double().numpy()

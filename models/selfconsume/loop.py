@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.common import Config, EdgesmithError
-from models.selfconsume.attacks import ATTACKS, choose_flips, flip
-from models.selfconsume.reward_model import RewardTrainConfig, make_pairs, score, train_reward_model
-from models.selfconsume.world import MixtureGenerator, real_data, true_reward
+from edgesmith.common import Config, EdgesmithError
+from edgesmith.models.selfconsume.attacks import ATTACKS, choose_flips, flip
+from edgesmith.models.selfconsume.reward_model import RewardTrainConfig, make_pairs, score, train_reward_model
+from edgesmith.models.selfconsume.world import MixtureGenerator, real_data, true_reward
 
 
 def softmax(r: np.ndarray) -> np.ndarray:

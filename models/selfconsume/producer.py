@@ -18,12 +18,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import Config, atomic_path, cache_dir
-from models.selfconsume.loop import curate
-from models.selfconsume.reward_model import (RewardMLP, RewardTrainConfig, make_pairs, pairwise_accuracy,
+from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
+from edgesmith.common import Config, atomic_path, cache_dir
+from edgesmith.models.selfconsume.loop import curate
+from edgesmith.models.selfconsume.reward_model import (RewardMLP, RewardTrainConfig, make_pairs, pairwise_accuracy,
                                              train_reward_model)
-from models.selfconsume.world import MixtureGenerator, real_data, true_reward
+from edgesmith.models.selfconsume.world import MixtureGenerator, real_data, true_reward
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.common import EdgesmithError
+from edgesmith.common import EdgesmithError
 
 
 class RewardMLP(nn.Module):
@@ -34,7 +34,7 @@ class RewardMLP(nn.Module):
 
 def make_pairs(x: np.ndarray, n_pairs: int, rng: np.random.Generator, reward=None) -> tuple[np.ndarray, np.ndarray]:
     """``n_pairs`` random index pairs (i != j) of ``x`` and their labels under ``reward`` (true reward if None)."""
-    from models.selfconsume.world import true_reward
+    from edgesmith.models.selfconsume.world import true_reward
 
     if len(x) < 2:
         raise EdgesmithError("preference pairs need at least two samples.", "generate more samples per round.")

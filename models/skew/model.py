@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.skew.patterns import Pattern
-from models.skew.spectrum import hom_einsum
+from edgesmith.models.skew.patterns import Pattern
+from edgesmith.models.skew.spectrum import hom_einsum
 
 
 class SpectrumFeatures(nn.Module):

@@ -31,7 +31,7 @@ import itertools
 from dataclasses import dataclass
 from functools import lru_cache
 
-from models.common import EdgesmithError
+from edgesmith.common import EdgesmithError
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import EdgesmithError, atomic_path, cache_dir
-from models.skew.model import SpectrumClassifier, train_classifier
-from models.skew.patterns import patterns
+from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
+from edgesmith.common import EdgesmithError, atomic_path, cache_dir
+from edgesmith.models.skew.model import SpectrumClassifier, train_classifier
+from edgesmith.models.skew.patterns import patterns
 
 N_NODES = 7
 CLASS_NAMES = ("disconnected", "diameter<=2", "diameter=3", "diameter>=4")

@@ -22,8 +22,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from models.common import EdgesmithError
-from models.skew.patterns import Pattern, mobius_terms, patterns
+from edgesmith.common import EdgesmithError
+from edgesmith.models.skew.patterns import Pattern, mobius_terms, patterns
 
 
 def check_adjacency(adj: np.ndarray, what: str = "adjacency") -> np.ndarray:
@@ -177,7 +177,7 @@ def correlation_bruteforce(adj: np.ndarray, k: int, kinds: tuple[str, ...] | Non
 
 def pattern_of_tuple(perms: np.ndarray, tup, kinds: tuple[str, ...], binary: bool = True) -> Pattern:
     """The canonical pattern formed by factors f_{kinds[i]}(s s_i), s_0 = identity, s_i = perms[tup[i-1]]."""
-    from models.skew.patterns import _canonical
+    from edgesmith.models.skew.patterns import _canonical
 
     n = perms.shape[1]
     ident = np.arange(n)

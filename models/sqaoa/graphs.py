@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.common import EdgesmithError
+from edgesmith.common import EdgesmithError
 
 
 def check_graph(w: np.ndarray) -> np.ndarray:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.sqaoa.statevector import mixer_matrix, spins, split_params
+from edgesmith.models.sqaoa.statevector import mixer_matrix, spins, split_params
 
 
 def zz_matrix(n: int) -> np.ndarray:

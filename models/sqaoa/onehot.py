@@ -17,10 +17,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from models.common import EdgesmithError
-from models.sqaoa.graphs import check_graph
-from models.sqaoa.sqaoa import nucleus, powell_maximise
-from models.sqaoa.statevector import mixer_apply
+from edgesmith.common import EdgesmithError
+from edgesmith.models.sqaoa.graphs import check_graph
+from edgesmith.models.sqaoa.sqaoa import nucleus, powell_maximise
+from edgesmith.models.sqaoa.statevector import mixer_apply
 
 MAX_QUBITS = 20
 

@@ -21,11 +21,11 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import Config, atomic_path, cache_dir
-from models.sqaoa.graphs import agreement, brute_force, erdos_renyi_signed, pack
-from models.sqaoa.module import SqaoaCircuit, marginal
-from models.sqaoa.sqaoa import SqaoaObjective, decode_modes, mask_nodes, powell_maximise, tree_expectation, warm_start
+from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
+from edgesmith.common import Config, atomic_path, cache_dir
+from edgesmith.models.sqaoa.graphs import agreement, brute_force, erdos_renyi_signed, pack
+from edgesmith.models.sqaoa.module import SqaoaCircuit, marginal
+from edgesmith.models.sqaoa.sqaoa import SqaoaObjective, decode_modes, mask_nodes, powell_maximise, tree_expectation, warm_start
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import minimize
 
-from models.common import EdgesmithError
-from models.sqaoa.graphs import check_graph
-from models.sqaoa.statevector import diagonal_terms, spins, subproblem_probs
+from edgesmith.common import EdgesmithError
+from edgesmith.models.sqaoa.graphs import check_graph
+from edgesmith.models.sqaoa.statevector import diagonal_terms, spins, subproblem_probs
 
 
 def nucleus(probs: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.common import EdgesmithError
-from models.ood.config import Config
+from edgesmith.common import EdgesmithError
+from edgesmith.models.ood.config import Config
 
 ATTRIBUTES = {
     "color": ("red", "blue", "green", "black", "white", "pink", "gold", "gray"),

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.ood.config import Config
-from models.tsv.facts import World, corpus
+from edgesmith.models.ood.config import Config
+from edgesmith.models.tsv.facts import World, corpus
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def finetune(model: nn.Module, world: World, cfg: FinetuneConfig, seed: int) -> 
 @torch.no_grad()
 def recall(model: nn.Module, world: World, seq_len: int) -> float:
     """Share of detection facts whose true value the LM scores highest among its attribute's values (template 0)."""
-    from models.tsv.facts import ATTRIBUTES, pack, qa_line
+    from edgesmith.models.tsv.facts import ATTRIBUTES, pack, qa_line
 
     hits = 0
     for e, a in world.detection_pairs():

@@ -33,8 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.common import EdgesmithError
-from models.ood.config import Config
+from edgesmith.common import EdgesmithError
+from edgesmith.models.ood.config import Config
 
 
 @dataclass(frozen=True)

@@ -19,15 +19,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import EdgesmithError, atomic_path, cache_dir
-from models.ood.config import Config
-from models.ood.scores import auroc
-from models.rwkv.checkpoint import load_rwkv, model_from_state_dict
-from models.rwkv.train import reference_paths
-from models.tsv.facts import WorldConfig, make_world, pack, qa_examples
-from models.tsv.finetune import FinetuneConfig, finetune, recall
-from models.tsv.method import SteeredRWKV, TSVConfig, TSVDetector, train_tsv
+from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
+from edgesmith.common import EdgesmithError, atomic_path, cache_dir
+from edgesmith.models.ood.config import Config
+from edgesmith.models.ood.scores import auroc
+from edgesmith.models.rwkv.checkpoint import load_rwkv, model_from_state_dict
+from edgesmith.models.rwkv.train import reference_paths
+from edgesmith.models.tsv.facts import WorldConfig, make_world, pack, qa_examples
+from edgesmith.models.tsv.finetune import FinetuneConfig, finetune, recall
+from edgesmith.models.tsv.method import SteeredRWKV, TSVConfig, TSVDetector, train_tsv
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def base_lm():
     pth, _ = reference_paths(7)
     if pth.exists():
         return load_rwkv(pth)
-    from models import get_producer
+    from edgesmith.models import get_producer
 
     return get_producer("rwkv7-ref").build().module
 

@@ -24,8 +24,8 @@ import numpy as np
 import torch
 from scipy.sparse.csgraph import shortest_path
 
-from models.common import EdgesmithError
-from models.wavegc.config import DataConfig
+from edgesmith.common import EdgesmithError
+from edgesmith.models.wavegc.config import DataConfig
 
 N_FEATURES = 4
 

@@ -16,12 +16,12 @@ import hashlib
 import numpy as np
 import torch
 
-from models.base import Evaluation, Metric, Producer, register_producer
-from models.common import cache_dir, load_or_train
-from models.wavegc.config import DataConfig, TrainConfig, WaveGCConfig
-from models.wavegc.data import N_FEATURES, load_splits
-from models.wavegc.train import score, train
-from models.wavegc.wavegc import WaveGC
+from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
+from edgesmith.common import cache_dir, load_or_train
+from edgesmith.models.wavegc.config import DataConfig, TrainConfig, WaveGCConfig
+from edgesmith.models.wavegc.data import N_FEATURES, load_splits
+from edgesmith.models.wavegc.train import score, train
+from edgesmith.models.wavegc.wavegc import WaveGC
 
 
 @register_producer

@@ -8,10 +8,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.common import seed_everything
-from models.wavegc.config import TrainConfig
-from models.wavegc.data import GraphSet
-from models.wavegc.wavegc import GCN
+from edgesmith.common import seed_everything
+from edgesmith.models.wavegc.config import TrainConfig
+from edgesmith.models.wavegc.data import GraphSet
+from edgesmith.models.wavegc.wavegc import GCN
 
 
 @contextlib.contextmanager

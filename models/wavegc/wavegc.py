@@ -31,8 +31,8 @@ import math
 import torch
 from torch import nn
 
-from models.wavegc.config import WaveGCConfig
-from models.wavegc.data import unpack
+from edgesmith.models.wavegc.config import WaveGCConfig
+from edgesmith.models.wavegc.data import unpack
 
 NORM_EPS = 1e-12  # inside the square root: a zero (padded) row must not give an infinite gradient
 MASK_NEG = -1e4  # additive attention mask: large enough to vanish after softmax, finite so int8 QDQ stays sane

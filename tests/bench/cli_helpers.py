@@ -1,7 +1,7 @@
 """Running the CLI in-process and checking the user-error contract, shared by the CLI test files."""
 from __future__ import annotations
 
-from bench.cli import main
+from edgesmith.bench.cli import main
 
 
 def run_cli(capsys, *argv):

@@ -127,7 +127,7 @@ def test_invalid_recipe_toml_is_a_user_error(capsys, tmp_path):
 
 def test_a_user_error_in_a_real_process_prints_no_traceback(tmp_path):
     # the installed console script, as a user runs it: exit status and stderr are the contract
-    proc = subprocess.run([sys.executable, "-m", "bench.cli", "deploy", "digits-mlp", "--target", "nope",
+    proc = subprocess.run([sys.executable, "-m", "edgesmith.bench.cli", "deploy", "digits-mlp", "--target", "nope",
                            "--out", str(tmp_path / "r")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
@@ -153,7 +153,7 @@ def test_prune_of_a_producer_model_exports_the_pruned_model_to_onnx(capsys, tmp_
 
 
 def test_model_options_parse_as_json_values_or_text():
-    from bench.cli import parse_model_options
+    from edgesmith.bench.cli import parse_model_options
 
     assert parse_model_options(["tiny=true", "width=0.5", "n=3", "name=abc"]) == {
         "tiny": True, "width": 0.5, "n": 3, "name": "abc"}

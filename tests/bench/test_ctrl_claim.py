@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from bench.benchmarks import ctrl_claim
-from models.common import EdgesmithError
+from edgesmith.bench.benchmarks import ctrl_claim
+from edgesmith.common import EdgesmithError
 
 
 def test_quick_claim_writes_curves_for_every_critic(tmp_path):

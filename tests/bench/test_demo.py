@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from bench.cli import main
+from edgesmith.bench.cli import main
 
 
 @pytest.mark.lava

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.deploy import DeployOptions, deploy
-from hardware import PlanOptions
-from models.common import EdgesmithError
+from edgesmith.bench.deploy import DeployOptions, deploy
+from edgesmith.hardware import PlanOptions
+from edgesmith.common import EdgesmithError
 
 FAST = dict(warmup=2, reps=5, batch_sizes=(1,), progress=False)
 
@@ -52,7 +52,7 @@ def test_existing_report_folder_needs_force(tmp_path):
 
 
 def test_failed_deploy_leaves_no_half_written_folder(tmp_path, monkeypatch):
-    import bench.deploy as d
+    import edgesmith.bench.deploy as d
 
     def boom(*a, **k):
         raise RuntimeError("simulated crash in the middle of a deploy")
@@ -88,8 +88,8 @@ def test_loihi2_deploy_checks_lava_against_the_bit_exact_reference(tmp_path):
 
 def _digits_with_hints(monkeypatch):
     """digits-mlp under another name, declaring no int4 and one report note (the producer hooks)."""
-    import models.base as mb
-    from models.digits import DigitsSmall
+    import edgesmith.models.base as mb
+    from edgesmith.models.digits import DigitsSmall
 
     class Hinted(DigitsSmall):
         name = "digits-hinted"
@@ -132,7 +132,7 @@ def test_unknown_model_option_is_a_user_error(tmp_path):
 
 
 def test_a_backend_that_cannot_run_the_model_is_reported_as_failed_not_fatal(tmp_path, monkeypatch):
-    import bench.deploy as d
+    import edgesmith.bench.deploy as d
 
     real = d._run_variant
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from bench.benchmarks.dpfl_claim import main
+from edgesmith.bench.benchmarks.dpfl_claim import main
 
 
 def test_quick_claim_writes_table_and_plot_with_equal_privacy(tmp_path):

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from bench.benchmarks.eflanding_claim import main
-from models.common import EdgesmithError
+from edgesmith.bench.benchmarks.eflanding_claim import main
+from edgesmith.common import EdgesmithError
 
 
 def test_quick_claim_writes_table_and_plot_and_refuses_to_overwrite(tmp_path, capsys):

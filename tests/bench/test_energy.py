@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.energy import EnergyMeasurement, RaplReader, counter_delta, energy_figure
-from hardware import get_target
-from hardware.base import Workload
-from models.common import EdgesmithError
+from edgesmith.bench.energy import EnergyMeasurement, RaplReader, counter_delta, energy_figure
+from edgesmith.hardware import get_target
+from edgesmith.hardware.base import Workload
+from edgesmith.common import EdgesmithError
 
 MAX_RANGE = 262143328850  # a typical package max_energy_range_uj
 

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from bench.benchmarks import gnn_iia_claim
-from models.common import EdgesmithError
+from edgesmith.bench.benchmarks import gnn_iia_claim
+from edgesmith.common import EdgesmithError
 
 
 def test_quick_claim_writes_table_json_md_and_png_and_refuses_overwrite(tmp_path):

@@ -8,12 +8,12 @@ import pytest
 import torch
 from torch import nn
 
-import bench.latency as latency
-from bench.latency import LatencyStats, measure_isolated, measure_latency, outputs_checksum
-from compress import Artifact
-from models.common import EdgesmithError
-from runtimes import get_runtime
-from runtimes.base import Runtime
+import edgesmith.bench.latency as latency
+from edgesmith.bench.latency import LatencyStats, measure_isolated, measure_latency, outputs_checksum
+from edgesmith.compress import Artifact
+from edgesmith.common import EdgesmithError
+from edgesmith.runtimes import get_runtime
+from edgesmith.runtimes.base import Runtime
 
 
 class FakeClock:

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from bench.cli import main
+from edgesmith.bench.cli import main
 
 
 def test_deploy_lrnn_on_another_target_is_a_user_error(tmp_path, capsys):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.benchmarks.lrnn_sweep import iso_accuracy, pareto
+from edgesmith.bench.benchmarks.lrnn_sweep import iso_accuracy, pareto
 
 
 def _pt(width, sparsity, snr, macs, mem):

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from bench.benchmarks import medtok_claim
-from models.common import EdgesmithError
+from edgesmith.bench.benchmarks import medtok_claim
+from edgesmith.common import EdgesmithError
 
 
 def test_quick_claim_writes_table_for_both_tokenizers(tmp_path):

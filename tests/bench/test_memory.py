@@ -6,8 +6,8 @@ import json
 import numpy as np
 import onnx
 
-from bench.memory import MemoryStats, artifact_size_bytes, current_rss_bytes, peak_rss_bytes
-from compress import Artifact
+from edgesmith.bench.memory import MemoryStats, artifact_size_bytes, current_rss_bytes, peak_rss_bytes
+from edgesmith.compress import Artifact
 
 
 def test_onnx_artifact_size_is_its_file_size(digits_onnx):

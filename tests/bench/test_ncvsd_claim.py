@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from bench.benchmarks.ncvsd_claim import main
-from models.common import EdgesmithError
+from edgesmith.bench.benchmarks.ncvsd_claim import main
+from edgesmith.common import EdgesmithError
 
 
 def test_quick_claim_writes_table_json_and_plot(tmp_path, capsys):

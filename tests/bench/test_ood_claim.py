@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from bench.benchmarks import ood_claim
-from models.common import EdgesmithError
+from edgesmith.bench.benchmarks import ood_claim
+from edgesmith.common import EdgesmithError
 
 
 def test_quick_claim_run_writes_table_and_plots_and_refuses_to_overwrite(tmp_path, capsys):

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.ood_monitor import ks_distance, ood_entry, ood_reference
-from models.common import EdgesmithError
+from edgesmith.bench.ood_monitor import ks_distance, ood_entry, ood_reference
+from edgesmith.common import EdgesmithError
 
 
 def test_ks_distance_matches_hand_computed_cdf_gaps():

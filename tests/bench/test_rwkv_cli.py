@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from cli_helpers import assert_user_error, run_cli
-from bench.rwkv import RWKVDeployOptions, largest_cache_bytes
-from compress.rwkvquant import load_quantized
-from compress.rwkvquant.tensors import QuantLinear
-from models.common import EdgesmithError
-from models.rwkv.base import RWKVConfig
-from models.rwkv.checkpoint import build_model, save_rwkv
+from edgesmith.bench.rwkv import RWKVDeployOptions, largest_cache_bytes
+from edgesmith.compress.rwkvquant import load_quantized
+from edgesmith.compress.rwkvquant.tensors import QuantLinear
+from edgesmith.common import EdgesmithError
+from edgesmith.models.rwkv.base import RWKVConfig
+from edgesmith.models.rwkv.checkpoint import build_model, save_rwkv
 
 
 # --- quantize ---------------------------------------------------------------------------------------
@@ -173,7 +173,7 @@ def test_largest_cache_is_read_from_sysfs_layout(tmp_path):
 
 
 def test_quant_table_picks_rwkvquant_percentile_by_validation_perplexity_only(tmp_path):
-    from bench.benchmarks.rwkv_quant_table import TUNED, markdown, run_model
+    from edgesmith.bench.benchmarks.rwkv_quant_table import TUNED, markdown, run_model
 
     res = run_model("rwkv7-ref", (3,), 4, log=lambda msg: None, methods=("gptq", TUNED), eval_sequences=2,
                     vectors=(False,), percentiles=(90.0, 100.0))
@@ -187,8 +187,8 @@ def test_quant_table_picks_rwkvquant_percentile_by_validation_perplexity_only(tm
     assert f"| {TUNED} | fp | 3 |" in markdown([res])
     # the paired comparison is against GPTQ at the same bits, and per-window NLLs give the producer's perplexity
     assert "vs_gptq" in tuned and "vs_gptq" not in gptq and tuned["vs_gptq"]["se"] > 0
-    from bench.benchmarks.rwkv_quant_table import window_nll
-    from models import get_producer
+    from edgesmith.bench.benchmarks.rwkv_quant_table import window_nll
+    from edgesmith.models import get_producer
 
     prod = get_producer("rwkv7-ref").build()
     prod.eval_sequences = 2

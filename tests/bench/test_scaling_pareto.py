@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from bench.benchmarks import scaling_pareto
-from models.common import EdgesmithError
+from edgesmith.bench.benchmarks import scaling_pareto
+from edgesmith.common import EdgesmithError
 
 
 def test_pareto_front_on_a_hand_case():
@@ -32,7 +32,7 @@ def test_quick_study_writes_tables_plots_and_skips_the_router_on_loihi(tmp_path,
 
 def test_loihi_support_names_why_the_router_cannot_be_mapped(monkeypatch, tmp_path):
     monkeypatch.setenv("EDGESMITH_CACHE", str(tmp_path / "cache"))
-    from models import get_producer
+    from edgesmith.models import get_producer
 
     router = get_producer("scaling-student", tiny=True, width=8, router=True).build()
     student = get_producer("scaling-student", tiny=True, width=8).build()

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from bench.benchmarks import skew_claim
-from models.common import EdgesmithError
+from edgesmith.bench.benchmarks import skew_claim
+from edgesmith.common import EdgesmithError
 
 
 def test_quick_claim_writes_table_and_plot_with_invariant_spectra(tmp_path, capsys):

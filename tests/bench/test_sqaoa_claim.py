@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from bench.benchmarks import sqaoa_claim
-from models.common import EdgesmithError
+from edgesmith.bench.benchmarks import sqaoa_claim
+from edgesmith.common import EdgesmithError
 
 
 def test_quick_claim_writes_table_json_and_plot(tmp_path, capsys):

@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from bench.benchmarks import tsv_claim
-from models.common import EdgesmithError
+from edgesmith.bench.benchmarks import tsv_claim
+from edgesmith.common import EdgesmithError
 
 
 def test_quick_claim_run_writes_every_method_and_the_quantized_shift(tmp_path, capsys):

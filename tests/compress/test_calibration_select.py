@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-from compress.calibration_select import (
+from edgesmith.compress.calibration_select import (
     influence_scores, model_features, select_calibration, select_indices, selector_names,
 )
-from models.common import EdgesmithError
+from edgesmith.common import EdgesmithError
 
 
 def _two_subspace_pool(n=200, d=10, seed=0):
@@ -97,8 +97,8 @@ def test_select_calibration_first_is_the_producers_own_order(digits):
 
 
 def test_deploy_options_and_cli_take_the_selector():
-    from bench.cli import _deploy_options, build_parser
-    from bench.deploy import DeployOptions
+    from edgesmith.bench.cli import _deploy_options, build_parser
+    from edgesmith.bench.deploy import DeployOptions
 
     with pytest.raises(EdgesmithError, match="calibration selector"):
         DeployOptions("digits-mlp", "host-cpu", "x", calibration_select="best")

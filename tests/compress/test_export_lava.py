@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from compress import Artifact, PassContext, config_from_json, run_passes
-from compress.export_lava import ExportLavaConfig, quantize_weights
-from models.common import EdgesmithError
+from edgesmith.compress import Artifact, PassContext, config_from_json, run_passes
+from edgesmith.compress.export_lava import ExportLavaConfig, quantize_weights
+from edgesmith.common import EdgesmithError
 
 
 def _export(art: Artifact, calib: np.ndarray, workdir, **cfg):

@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compress import Artifact, PassContext, apply_pass, config_from_json, run_passes
-from compress.export_trees import ExportTreeCConfig, ExportTreeOnnxConfig
-from models.common import EdgesmithError
-from models.gbrl import GBTEnsemble
-from runtimes import get_runtime
+from edgesmith.compress import Artifact, PassContext, apply_pass, config_from_json, run_passes
+from edgesmith.compress.export_trees import ExportTreeCConfig, ExportTreeOnnxConfig
+from edgesmith.common import EdgesmithError
+from edgesmith.models.gbrl import GBTEnsemble
+from edgesmith.runtimes import get_runtime
 
 
 @pytest.fixture(scope="module", params=["greedy", "oblivious"])

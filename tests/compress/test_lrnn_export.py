@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from compress.lrnn import export as E
-from compress.lrnn import fixed as F
-from models.common import EdgesmithError
-from models.lrnn.s5 import S5Config, S5Denoiser
+from edgesmith.compress.lrnn import export as E
+from edgesmith.compress.lrnn import fixed as F
+from edgesmith.common import EdgesmithError
+from edgesmith.models.lrnn.s5 import S5Config, S5Denoiser
 
 
 @pytest.fixture(scope="module")

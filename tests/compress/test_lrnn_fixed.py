@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-from compress.lrnn import fixed as F
-from models.common import EdgesmithError
-from models.lrnn.data import DataConfig, features, load_splits, stft
-from models.lrnn.s5 import S5Config, S5Denoiser
-from models.lrnn.train import TrainConfig
-from runtimes.lrnn_ref import run_clips
+from edgesmith.compress.lrnn import fixed as F
+from edgesmith.common import EdgesmithError
+from edgesmith.models.lrnn.data import DataConfig, features, load_splits, stft
+from edgesmith.models.lrnn.s5 import S5Config, S5Denoiser
+from edgesmith.models.lrnn.train import TrainConfig
+from edgesmith.runtimes.lrnn_ref import run_clips
 
 
 @pytest.fixture(scope="module")

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from compress.lrnn.prune import ImpConfig, Pruner, cubic_schedule, layer_sparsities, prune_finetune
-from models.common import EdgesmithError
-from models.lrnn.data import DataConfig, load_splits
-from models.lrnn.s5 import S5Config, S5Denoiser
-from models.lrnn.train import TrainConfig
+from edgesmith.compress.lrnn.prune import ImpConfig, Pruner, cubic_schedule, layer_sparsities, prune_finetune
+from edgesmith.common import EdgesmithError
+from edgesmith.models.lrnn.data import DataConfig, load_splits
+from edgesmith.models.lrnn.s5 import S5Config, S5Denoiser
+from edgesmith.models.lrnn.train import TrainConfig
 
 
 def test_cubic_schedule_starts_at_zero_and_ends_at_target():

@@ -8,9 +8,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from compress import Artifact, PassContext, apply_pass
-from compress.base import LayerReport
-from compress.onnx_analysis import (
+from edgesmith.compress import Artifact, PassContext, apply_pass
+from edgesmith.compress.base import LayerReport
+from edgesmith.compress.onnx_analysis import (
     bits_per_weight,
     capture_tensors,
     find_weight_layers,
@@ -19,8 +19,8 @@ from compress.onnx_analysis import (
     sqnr_db,
     tensor_bits,
 )
-from compress.quant_int4 import Int4WeightOnlyConfig
-from compress.quant_int8 import Int8QdqConfig
+from edgesmith.compress.quant_int4 import Int4WeightOnlyConfig
+from edgesmith.compress.quant_int8 import Int8QdqConfig
 
 K1, N1, N2, N3 = 40, 24, 6, 4  # K1=40 and K2=24 are not multiples of 16: the last int4 block is padded
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from compress import Artifact, PassContext, apply_pass, config_from_json
-from compress.prune import MagnitudePruneConfig, magnitude_masks, sparse_storage_bytes
-from models.common import EdgesmithError
+from edgesmith.compress import Artifact, PassContext, apply_pass, config_from_json
+from edgesmith.compress.prune import MagnitudePruneConfig, magnitude_masks, sparse_storage_bytes
+from edgesmith.common import EdgesmithError
 
 
 def _small_net() -> nn.Module:

@@ -7,11 +7,11 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from compress import PassContext, apply_pass, config_from_json
-from compress.onnx_analysis import find_weight_layers, initializers
-from compress.quant_int4 import Int4WeightOnlyConfig, dequantize_matmulnbits
-from models.common import EdgesmithError
-from runtimes import get_runtime
+from edgesmith.compress import PassContext, apply_pass, config_from_json
+from edgesmith.compress.onnx_analysis import find_weight_layers, initializers
+from edgesmith.compress.quant_int4 import Int4WeightOnlyConfig, dequantize_matmulnbits
+from edgesmith.common import EdgesmithError
+from edgesmith.runtimes import get_runtime
 
 
 def _accuracy(digits, artifact) -> float:

@@ -8,11 +8,11 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from compress import PassContext, apply_pass, config_from_json
-from compress.onnx_analysis import find_weight_layers
-from compress.quant_int8 import Int8QdqConfig, dequantized_int8_weight
-from models.common import EdgesmithError
-from runtimes import get_runtime
+from edgesmith.compress import PassContext, apply_pass, config_from_json
+from edgesmith.compress.onnx_analysis import find_weight_layers
+from edgesmith.compress.quant_int8 import Int8QdqConfig, dequantized_int8_weight
+from edgesmith.common import EdgesmithError
+from edgesmith.runtimes import get_runtime
 
 
 def _accuracy(digits, artifact) -> float:

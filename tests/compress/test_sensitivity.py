@@ -4,10 +4,10 @@ from __future__ import annotations
 import onnx
 import pytest
 
-from compress import PassContext, apply_pass
-from compress.quant_int4 import Int4WeightOnlyConfig
-from compress.quant_int8 import Int8QdqConfig
-from runtimes import get_runtime
+from edgesmith.compress import PassContext, apply_pass
+from edgesmith.compress.quant_int4 import Int4WeightOnlyConfig
+from edgesmith.compress.quant_int8 import Int8QdqConfig
+from edgesmith.runtimes import get_runtime
 
 
 def _quantized_weights(path) -> int:

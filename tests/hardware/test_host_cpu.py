@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from hardware.base import Workload
-from hardware.host_cpu import HostCpu, HostCpuCostModel, cpu_identity, physical_memory_bytes
-from models.common import EdgesmithError
+from edgesmith.hardware.base import Workload
+from edgesmith.hardware.host_cpu import HostCpu, HostCpuCostModel, cpu_identity, physical_memory_bytes
+from edgesmith.common import EdgesmithError
 
 # 1e6 MACs, 1000 64-bit words of weights, 100 words of activations
 WORK = Workload(macs=1e6, weight_bytes=8000, activation_bytes=800, precision="fp32", n_layers=2, batch=1)

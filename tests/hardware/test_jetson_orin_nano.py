@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from hardware.base import Workload
-from hardware.jetson_orin_nano import JetsonOrinNano, JetsonOrinNanoCostModel
-from models.common import EdgesmithError
+from edgesmith.hardware.base import Workload
+from edgesmith.hardware.jetson_orin_nano import JetsonOrinNano, JetsonOrinNanoCostModel
+from edgesmith.common import EdgesmithError
 
 
 def test_fp32_estimate_matches_hand_computation():

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from hardware.base import Workload
-from hardware.loihi2 import CORE_MEMORY_BYTES, Loihi2, Loihi2CostModel
-from models.common import EdgesmithError
+from edgesmith.hardware.base import Workload
+from edgesmith.hardware.loihi2 import CORE_MEMORY_BYTES, Loihi2, Loihi2CostModel
+from edgesmith.common import EdgesmithError
 
 
 def _work(synops=1e6, updates=1e4, messages=1e3, steps=10, weight_bytes=100):
@@ -66,7 +66,7 @@ def test_target_facts():
 
 
 def test_a_batch_streams_sample_after_sample_so_cost_scales_with_batch():
-    from hardware import Workload, get_target
+    from edgesmith.hardware import Workload, get_target
 
     model = get_target("loihi2").cost_model
     one = model.estimate(Workload(precision="fixed", synops=1e4, neuron_updates=800, messages=200, timesteps=4,

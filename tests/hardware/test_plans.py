@@ -6,13 +6,13 @@ from types import SimpleNamespace
 import pytest
 from torch import nn
 
-from compress.export_lava import ExportLavaConfig
-from compress.export_onnx import ExportOnnxConfig
-from compress.prune import MagnitudePruneConfig
-from compress.quant_int4 import Int4WeightOnlyConfig
-from compress.quant_int8 import Int8QdqConfig
-from hardware import PlanOptions, get_target
-from models.common import EdgesmithError
+from edgesmith.compress.export_lava import ExportLavaConfig
+from edgesmith.compress.export_onnx import ExportOnnxConfig
+from edgesmith.compress.prune import MagnitudePruneConfig
+from edgesmith.compress.quant_int4 import Int4WeightOnlyConfig
+from edgesmith.compress.quant_int8 import Int8QdqConfig
+from edgesmith.hardware import PlanOptions, get_target
+from edgesmith.common import EdgesmithError
 
 PRODUCER = SimpleNamespace(name="stub")  # not built: plans must not need a trained model
 

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from hardware import get_target, target_names
-from models.common import EdgesmithError
+from edgesmith.hardware import get_target, target_names
+from edgesmith.common import EdgesmithError
 
 
 def test_the_three_targets_are_registered():

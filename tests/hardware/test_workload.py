@@ -8,8 +8,8 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
-from hardware.workload import workload_from_activity, workload_from_module, workload_from_onnx
-from models.common import EdgesmithError
+from edgesmith.hardware.workload import workload_from_activity, workload_from_module, workload_from_onnx
+from edgesmith.common import EdgesmithError
 
 
 def _save(tmp_path, nodes, inputs, outputs, inits, name="m.onnx", opsets=(("", 17),)):
@@ -130,7 +130,7 @@ def test_module_wrong_input_shape_is_a_user_error():
 
 
 def test_module_and_its_onnx_export_agree_on_macs(tmp_path):
-    from compress.export_onnx import export_module_to_onnx
+    from edgesmith.compress.export_onnx import export_module_to_onnx
 
     torch.manual_seed(0)
     m = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10)).eval()

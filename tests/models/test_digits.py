@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from models import EdgesmithError, get_producer, producer_names
+from edgesmith.models import EdgesmithError, get_producer, producer_names
 
 
 def test_digits_producers_are_registered():

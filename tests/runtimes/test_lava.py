@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from compress import Artifact, PassContext, run_passes
-from compress.export_lava import ExportLavaConfig
-from models.common import EdgesmithError
-from runtimes import get_runtime
-from runtimes import sigma_delta_ref as ref
-from runtimes.lava_rt import LavaRuntime
+from edgesmith.compress import Artifact, PassContext, run_passes
+from edgesmith.compress.export_lava import ExportLavaConfig
+from edgesmith.common import EdgesmithError
+from edgesmith.runtimes import get_runtime
+from edgesmith.runtimes import sigma_delta_ref as ref
+from edgesmith.runtimes.lava_rt import LavaRuntime
 
 N_DENSE, N_SPARSE = 16, 8
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compress.lrnn import fixed as F
-from compress.lrnn.prune import Pruner
-from models.lrnn.data import DataConfig, features, load_splits, stft
-from models.lrnn.s5 import S5Config, S5Denoiser
-from runtimes import lrnn_ref
+from edgesmith.compress.lrnn import fixed as F
+from edgesmith.compress.lrnn.prune import Pruner
+from edgesmith.models.lrnn.data import DataConfig, features, load_splits, stft
+from edgesmith.models.lrnn.s5 import S5Config, S5Denoiser
+from edgesmith.runtimes import lrnn_ref
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_activity_counts_shrink_with_weight_sparsity(tiny_net):
 
 @pytest.mark.lava
 def test_lava_graph_equals_numba_reference_bit_for_bit(tiny_net):
-    from runtimes.lava_lrnn_rt import run_lava
+    from edgesmith.runtimes.lava_lrnn_rt import run_lava
 
     net, u = tiny_net
     ref = lrnn_ref.run(net, u[1])
@@ -62,8 +62,8 @@ def test_lava_graph_equals_numba_reference_bit_for_bit(tiny_net):
 def test_export_pass_and_reference_runtime_score_like_the_float_model(tmp_path):
     import torch
 
-    from compress import Artifact, PassContext, config_from_dict, run_passes
-    from runtimes import get_runtime
+    from edgesmith.compress import Artifact, PassContext, config_from_dict, run_passes
+    from edgesmith.runtimes import get_runtime
 
     splits = load_splits(DataConfig.tiny())
     feat = features(stft(splits["train"].noisy).abs()).numpy()
@@ -80,8 +80,8 @@ def test_export_pass_and_reference_runtime_score_like_the_float_model(tmp_path):
 
 
 def test_export_pass_rejects_a_bad_option():
-    from compress import config_from_dict
-    from models.common import EdgesmithError
+    from edgesmith.compress import config_from_dict
+    from edgesmith.common import EdgesmithError
 
     with pytest.raises(EdgesmithError, match="n_calibration"):
         config_from_dict({"kind": "export-lrnn-fixed", "n_calibration": 0})

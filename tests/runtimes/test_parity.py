@@ -13,8 +13,8 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from compress import Artifact
-from runtimes import get_runtime
+from edgesmith.compress import Artifact
+from edgesmith.runtimes import get_runtime
 
 
 @pytest.fixture(autouse=True)

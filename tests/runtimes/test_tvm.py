@@ -14,10 +14,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from compress import Artifact
-from models.common import EdgesmithError
-from runtimes import get_runtime
-from runtimes.tvm_rt import build_module, host_target
+from edgesmith.compress import Artifact
+from edgesmith.common import EdgesmithError
+from edgesmith.runtimes import get_runtime
+from edgesmith.runtimes.tvm_rt import build_module, host_target
 
 # Read before any test starts TVM's thread pool, which (with thread binding on) would pin this thread.
 AFFINITY_AT_IMPORT = os.sched_getaffinity(0)

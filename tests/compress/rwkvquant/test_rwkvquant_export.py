@@ -6,10 +6,10 @@ import onnx
 import pytest
 import torch
 
-from compress.rwkvquant import make_config, quantize_rwkv
-from compress.rwkvquant.export import OrtStepDecoder, export_step_onnx, torch_greedy
-from models.rwkv.base import RWKVConfig
-from models.rwkv.checkpoint import build_model
+from edgesmith.compress.rwkvquant import make_config, quantize_rwkv
+from edgesmith.compress.rwkvquant.export import OrtStepDecoder, export_step_onnx, torch_greedy
+from edgesmith.models.rwkv.base import RWKVConfig
+from edgesmith.models.rwkv.checkpoint import build_model
 
 CALIB = np.random.default_rng(0).integers(0, 256, size=(4, 32))
 

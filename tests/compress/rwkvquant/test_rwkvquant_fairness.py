@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from compress.rwkvquant import make_config, quantize_rwkv
-from compress.rwkvquant.gptvq import vq_group_cols
-from compress.rwkvquant.rwkvquant import SHIFT_VECTORS, linear_modules
-from compress.rwkvquant.tensors import CODEBOOK_BITS, FP16_BITS
-from models.common import EdgesmithError
-from models.rwkv.base import RWKVConfig
-from models.rwkv.checkpoint import build_model
-from models.rwkv.data import is_eval_file, load_splits, load_validation
+from edgesmith.compress.rwkvquant import make_config, quantize_rwkv
+from edgesmith.compress.rwkvquant.gptvq import vq_group_cols
+from edgesmith.compress.rwkvquant.rwkvquant import SHIFT_VECTORS, linear_modules
+from edgesmith.compress.rwkvquant.tensors import CODEBOOK_BITS, FP16_BITS
+from edgesmith.common import EdgesmithError
+from edgesmith.models.rwkv.base import RWKVConfig
+from edgesmith.models.rwkv.checkpoint import build_model
+from edgesmith.models.rwkv.data import is_eval_file, load_splits, load_validation
 
 CALIB = np.random.default_rng(0).integers(0, 256, size=(4, 32))
 FAST = dict(kmeans_iters=5, n_calibration=4, bits=2, group_size=32)
@@ -111,7 +111,7 @@ def test_vector_codebook_is_the_exact_optimum_of_the_weighted_loss():
     # runs of the sorted values, so brute force over all cut points is the ground truth
     import itertools
 
-    from compress.rwkvquant.codebook import optimal_1d_codebook
+    from edgesmith.compress.rwkvquant.codebook import optimal_1d_codebook
 
     rng = np.random.default_rng(0)
     loss = lambda x, w, c: float((w * ((x[:, None] - c[None]) ** 2).min(1)).sum())  # noqa: E731

@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-from compress.base import Artifact, PassContext, apply_pass, config_from_dict
-from compress.rwkvquant import load_quantized, make_config, quantize_rwkv, save_quantized
-from compress.rwkvquant.qcheckpoint import quantized_payload
-from compress.rwkvquant.tensors import QuantLinear
-from models.common import EdgesmithError
-from models.rwkv.base import RWKVConfig
-from models.rwkv.checkpoint import build_model
+from edgesmith.compress.base import Artifact, PassContext, apply_pass, config_from_dict
+from edgesmith.compress.rwkvquant import load_quantized, make_config, quantize_rwkv, save_quantized
+from edgesmith.compress.rwkvquant.qcheckpoint import quantized_payload
+from edgesmith.compress.rwkvquant.tensors import QuantLinear
+from edgesmith.common import EdgesmithError
+from edgesmith.models.rwkv.base import RWKVConfig
+from edgesmith.models.rwkv.checkpoint import build_model
 
 
 def tiny(version: int):

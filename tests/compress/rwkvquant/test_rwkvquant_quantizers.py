@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-from compress.rwkvquant.codebook import optimise_codebook, weighted_error
-from compress.rwkvquant.gptq import gptq_quantize
-from compress.rwkvquant.gptvq import gptvq_quantize
-from compress.rwkvquant.proxies import coarse_proxy, decide, fine_proxy, max_over_rms
-from compress.rwkvquant.rtn import rtn_quantize
-from compress.rwkvquant.rwkvquant import hessian_error
-from compress.rwkvquant.tensors import pack_bits, unpack_bits
+from edgesmith.compress.rwkvquant.codebook import optimise_codebook, weighted_error
+from edgesmith.compress.rwkvquant.gptq import gptq_quantize
+from edgesmith.compress.rwkvquant.gptvq import gptvq_quantize
+from edgesmith.compress.rwkvquant.proxies import coarse_proxy, decide, fine_proxy, max_over_rms
+from edgesmith.compress.rwkvquant.rtn import rtn_quantize
+from edgesmith.compress.rwkvquant.rwkvquant import hessian_error
+from edgesmith.compress.rwkvquant.tensors import pack_bits, unpack_bits
 
 
 @pytest.fixture

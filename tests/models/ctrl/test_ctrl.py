@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from models.common import EdgesmithError
-from models.ctrl.config import CtrlConfig
-from models.ctrl.critic import FEATURES, N_CRITIQUES, CriticNet, critique_masks, encode, masked_log_probs
-from models.ctrl.train import grpo_advantages, iterate, random_critique_probs, random_policy
-from models.ctrl.world import (
+from edgesmith.common import EdgesmithError
+from edgesmith.models.ctrl.config import CtrlConfig
+from edgesmith.models.ctrl.critic import FEATURES, N_CRITIQUES, CriticNet, critique_masks, encode, masked_log_probs
+from edgesmith.models.ctrl.train import grpo_advantages, iterate, random_critique_probs, random_policy
+from edgesmith.models.ctrl.world import (
     FIX_TYPES, P, Problem, candidate_edits, passes, passing_critiques, revise, run, sample_problems,
 )
 
@@ -132,7 +132,7 @@ def own_cache(tmp_path, monkeypatch):
 
 
 def test_producer_is_reproducible_and_lists_without_training(own_cache):
-    from models import get_producer
+    from edgesmith.models import get_producer
 
     p = get_producer("ctrl-critic", tiny=True)
     assert p.input_shape == (FEATURES,) and not hasattr(p, "module_")
@@ -147,10 +147,10 @@ def test_producer_is_reproducible_and_lists_without_training(own_cache):
 
 
 def test_tiny_deploy_reports_fp32_pass_rate_equal_to_torch(own_cache, tmp_path):
-    from bench.deploy import DeployOptions, deploy
-    from hardware import PlanOptions
-    from models import get_producer
-    from models.ctrl.train import torch_predict
+    from edgesmith.bench.deploy import DeployOptions, deploy
+    from edgesmith.hardware import PlanOptions
+    from edgesmith.models import get_producer
+    from edgesmith.models.ctrl.train import torch_predict
 
     plan = PlanOptions(tvm=False, variants=("fp32", "int8"))
     out = deploy(DeployOptions("ctrl-critic", "host-cpu", tmp_path / "r", plan=plan,

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.common import EdgesmithError
-from models.distributed.compressors import ErrorFeedback, Identity, Quantize, TopK, make_compressor
+from edgesmith.common import EdgesmithError
+from edgesmith.models.distributed.compressors import ErrorFeedback, Identity, Quantize, TopK, make_compressor
 
 
 def test_ef14_error_buffer_holds_exactly_what_top_k_did_not_send():

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from models.common import EdgesmithError
-from models.dpfl import privacy
-from models.dpfl.config import DPFLConfig
-from models.dpfl.fl import Client, participation_schedule, run_rounds
-from models.dpfl.worker import calibration, data_of
+from edgesmith.common import EdgesmithError
+from edgesmith.models.dpfl import privacy
+from edgesmith.models.dpfl.config import DPFLConfig
+from edgesmith.models.dpfl.fl import Client, participation_schedule, run_rounds
+from edgesmith.models.dpfl.worker import calibration, data_of
 
 
 def test_zcdp_to_eps_known_value_and_inverse():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from models import get_producer
+from edgesmith.models import get_producer
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +28,8 @@ def test_tiny_build_reports_its_privacy_and_communication(tiny):
 
 
 def test_tiny_deploy_reports_fp32_equal_to_torch_and_int8_close(tiny, tmp_path):
-    from bench.deploy import DeployOptions, deploy
-    from hardware import PlanOptions
+    from edgesmith.bench.deploy import DeployOptions, deploy
+    from edgesmith.hardware import PlanOptions
 
     out = deploy(DeployOptions("dpfl-logreg", "host-cpu", tmp_path / "r", plan=PlanOptions(tvm=False),
                                model_options={"tiny": True}, warmup=2, reps=5, batch_sizes=(1,), progress=False))

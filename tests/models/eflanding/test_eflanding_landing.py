@@ -4,12 +4,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.common import EdgesmithError
-from models.eflanding.config import EFLandingConfig
-from models.eflanding.landing import (blockwise_landing_field, feasibility, landing_field, normal_term,
+from edgesmith.common import EdgesmithError
+from edgesmith.models.eflanding.config import EFLandingConfig
+from edgesmith.models.eflanding.landing import (blockwise_landing_field, feasibility, landing_field, normal_term,
                                       relative_gradient)
-from models.eflanding.pca import PCAProblem, objective, optimum
-from models.eflanding.worker import initial_point, landing_step
+from edgesmith.models.eflanding.pca import PCAProblem, objective, optimum
+from edgesmith.models.eflanding.worker import initial_point, landing_step
 
 
 def _cov(n=12, seed=0):

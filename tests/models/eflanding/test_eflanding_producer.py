@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from models import get_producer
+from edgesmith.models import get_producer
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +31,8 @@ def test_retraining_with_the_same_seed_gives_the_same_weights(tiny, tmp_path, mo
 
 
 def test_tiny_deploy_reports_fp32_equal_to_torch_and_int8_close(tiny, tmp_path):
-    from bench.deploy import DeployOptions, deploy
-    from hardware import PlanOptions
+    from edgesmith.bench.deploy import DeployOptions, deploy
+    from edgesmith.hardware import PlanOptions
 
     out = deploy(DeployOptions("ef-landing-pca", "host-cpu", tmp_path / "r", plan=PlanOptions(tvm=False),
                                model_options={"tiny": True}, warmup=2, reps=5, batch_sizes=(1,), progress=False))

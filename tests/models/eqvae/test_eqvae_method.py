@@ -6,12 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import models.eqvae.train as eqtrain
-from models.common import EdgesmithError
-from models.eqvae.config import AEConfig, ShapesConfig, TrainConfig
-from models.eqvae.model import VAE, Transform, sample_transform, scales
-from models.eqvae.shapes import load_splits, make_images
-from models.eqvae.train import equivariance_errors, eq_step_loss
+import edgesmith.models.eqvae.train as eqtrain
+from edgesmith.common import EdgesmithError
+from edgesmith.models.eqvae.config import AEConfig, ShapesConfig, TrainConfig
+from edgesmith.models.eqvae.model import VAE, Transform, sample_transform, scales
+from edgesmith.models.eqvae.shapes import load_splits, make_images
+from edgesmith.models.eqvae.train import equivariance_errors, eq_step_loss
 
 
 def test_scales_follow_the_papers_rule():

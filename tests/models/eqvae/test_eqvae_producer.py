@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from models import get_producer
-from models.common import EdgesmithError
+from edgesmith.models import get_producer
+from edgesmith.common import EdgesmithError
 
 
 def _predict(module):
@@ -79,8 +79,8 @@ def test_bad_options_are_user_errors():
 
 
 def test_tiny_deploy_matches_the_torch_metric(tmp_path, tiny):
-    from bench.deploy import DeployOptions, deploy
-    from hardware import PlanOptions
+    from edgesmith.bench.deploy import DeployOptions, deploy
+    from edgesmith.hardware import PlanOptions
 
     # int4 and TVM rows are exercised by the full deploy command; two variants keep this test short
     plan = PlanOptions(tvm=False, variants=("fp32", "int8"))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.founder.env import GridWorld, collect_offline
+from edgesmith.models.founder.env import GridWorld, collect_offline
 
 
 def test_bfs_distances_go_around_the_wall_through_the_door():

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from models.common import EdgesmithError
-from models.founder.grounding import Mapping, RewardHead, TemporalDistance, spearman, temporal_pairs
-from models.founder.policy import lambda_returns
-from models.founder.world_model import gaussian_kl
+from edgesmith.common import EdgesmithError
+from edgesmith.models.founder.grounding import Mapping, RewardHead, TemporalDistance, spearman, temporal_pairs
+from edgesmith.models.founder.policy import lambda_returns
+from edgesmith.models.founder.world_model import gaussian_kl
 
 
 def test_temporal_pairs_target_c_over_t_on_one_trajectory_and_one_across():

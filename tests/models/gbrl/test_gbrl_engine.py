@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.common import EdgesmithError
-from models.gbrl import GBTEnsemble, binning
+from edgesmith.common import EdgesmithError
+from edgesmith.models.gbrl import GBTEnsemble, binning
 from gbrl_reference import fit_reference, gbrl_thresholds
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models import get_producer
-from models.gbrl.rl import A2C, PPO, PPOConfig, TreeActorCritic
+from edgesmith.models import get_producer
+from edgesmith.models.gbrl.rl import A2C, PPO, PPOConfig, TreeActorCritic
 
 TINY = dict(n_envs=2, n_steps=64, batch_size=64, n_epochs=2)
 
@@ -91,7 +91,7 @@ def test_mlp_baseline_runs_the_same_ppo():
 
 def test_gbrl_cartpole_producer_builds_caches_and_scores(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGESMITH_CACHE", str(tmp_path))
-    monkeypatch.setattr("models.gbrl.producer.PPOConfig", lambda: PPOConfig(**TINY))
+    monkeypatch.setattr("edgesmith.models.gbrl.producer.PPOConfig", lambda: PPOConfig(**TINY))
     p = get_producer("gbrl-cartpole", seed=0, steps=128, eval_episodes=2).build()
     assert p.cache_path().exists() and p.module.output_dim == 2
     again = get_producer("gbrl-cartpole", seed=0, steps=128, eval_episodes=2).build()

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from models.common import EdgesmithError
-from models.gnn_causal.config import DataConfig, ModelConfig, TrainConfig
-from models.gnn_causal.data import counterfactual_labels, labels_from_z, load_splits, pack, unpack
-from models.gnn_causal.gnn import CausalGNN, Site, TransmissionModule, interchange
-from models.gnn_causal.train import batch_inputs, iia, train
+from edgesmith.common import EdgesmithError
+from edgesmith.models.gnn_causal.config import DataConfig, ModelConfig, TrainConfig
+from edgesmith.models.gnn_causal.data import counterfactual_labels, labels_from_z, load_splits, pack, unpack
+from edgesmith.models.gnn_causal.gnn import CausalGNN, Site, TransmissionModule, interchange
+from edgesmith.models.gnn_causal.train import batch_inputs, iia, train
 
 SMALL = dict(n_train=24, n_test=12, min_nodes=4, max_nodes=6, m_tokens=4, d_token=8)
 

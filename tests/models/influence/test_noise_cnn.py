@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from models.common import EdgesmithError
-from models.influence.cnn import TwoPatchCNN, margin, train_gd
-from models.influence.config import CnnConfig, NoiseDataConfig
-from models.influence.data import covariances, feature_vector, load_splits, noise_bases, sample
-from models.influence.score import oracle_influence
+from edgesmith.common import EdgesmithError
+from edgesmith.models.influence.cnn import TwoPatchCNN, margin, train_gd
+from edgesmith.models.influence.config import CnnConfig, NoiseDataConfig
+from edgesmith.models.influence.data import covariances, feature_vector, load_splits, noise_bases, sample
+from edgesmith.models.influence.score import oracle_influence
 
 
 def test_atypical_samples_carry_no_feature_and_typical_ones_carry_y_mu():
@@ -104,7 +104,7 @@ def own_cache(tmp_path, monkeypatch):
 
 
 def test_producer_lists_without_data_and_rebuilds_identically(own_cache):
-    from models import get_producer
+    from edgesmith.models import get_producer
 
     p = get_producer("noise-cnn", tiny=True)
     assert p.input_shape == (2, 40) and not hasattr(p, "splits_")
@@ -121,9 +121,9 @@ def test_producer_lists_without_data_and_rebuilds_identically(own_cache):
 
 
 def test_tiny_deploy_reports_fp32_accuracy_equal_to_torch(own_cache, tmp_path):
-    from bench.deploy import DeployOptions, deploy
-    from hardware import PlanOptions
-    from models import get_producer
+    from edgesmith.bench.deploy import DeployOptions, deploy
+    from edgesmith.hardware import PlanOptions
+    from edgesmith.models import get_producer
 
     plan = PlanOptions(tvm=False, variants=("fp32", "int8"))
     out = deploy(DeployOptions("noise-cnn", "host-cpu", tmp_path / "r", plan=plan,

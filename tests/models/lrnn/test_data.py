@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from models.common import EdgesmithError
-from models.lrnn import data as D
+from edgesmith.common import EdgesmithError
+from edgesmith.models.lrnn import data as D
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +73,8 @@ def test_bad_config_is_a_readable_error():
 def test_configs_round_trip_through_json_and_reject_unknown_options():
     import json
 
-    from models.lrnn.s5 import S5Config
-    from models.lrnn.train import TrainConfig
+    from edgesmith.models.lrnn.s5 import S5Config
+    from edgesmith.models.lrnn.train import TrainConfig
 
     for cfg in (D.DataConfig.tiny(), S5Config(width=0.5), TrainConfig(epochs=3)):
         assert type(cfg).from_dict(json.loads(cfg.to_json())) == cfg

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models import get_producer
-from models.common import EdgesmithError
-from models.lrnn.s5 import S5Config, S5Denoiser, sigmoid_pwl
+from edgesmith.models import get_producer
+from edgesmith.common import EdgesmithError
+from edgesmith.models.lrnn.s5 import S5Config, S5Denoiser, sigmoid_pwl
 
 
 def test_fft_convolution_equals_the_explicit_recurrence():

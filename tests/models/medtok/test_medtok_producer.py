@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from models import get_producer
-from models.medtok.data import Ontology, OntologyConfig
-from models.medtok.producer import MedTokProducer, token_stability
+from edgesmith.models import get_producer
+from edgesmith.models.medtok.data import Ontology, OntologyConfig
+from edgesmith.models.medtok.producer import MedTokProducer, token_stability
 
 
 def test_input_shape_needs_no_data_or_training():
@@ -48,8 +48,8 @@ def test_tiny_build_is_reproducible_for_a_seed(tmp_path, monkeypatch):
 
 
 def test_tiny_deploy_scores_fp32_like_torch_and_int8_close(tmp_path):
-    from bench.deploy import DeployOptions, deploy
-    from hardware import PlanOptions
+    from edgesmith.bench.deploy import DeployOptions, deploy
+    from edgesmith.hardware import PlanOptions
 
     out = deploy(DeployOptions("medtok", "host-cpu", tmp_path / "r", plan=PlanOptions(tvm=False),
                                model_options={"tiny": True}, warmup=2, reps=5, batch_sizes=(1,), progress=False))

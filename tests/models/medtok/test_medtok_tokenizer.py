@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from models.common import EdgesmithError
-from models.medtok.data import Ontology, OntologyConfig
-from models.medtok.tokenizer import MedTokTokenizer, TextVQTokenizer, TokenizerConfig, augment, soft_topk_quantize
+from edgesmith.common import EdgesmithError
+from edgesmith.models.medtok.data import Ontology, OntologyConfig
+from edgesmith.models.medtok.tokenizer import MedTokTokenizer, TextVQTokenizer, TokenizerConfig, augment, soft_topk_quantize
 
 TINY_TOK = TokenizerConfig(d_model=16, code_dim=8, codebook_size=48)
 

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from models.common import EdgesmithError
-from models.ncvsd.config import GMMConfig, NetConfig, TrainConfig
-from models.ncvsd.gmm import GaussianMixture
-from models.ncvsd.nets import FakeDenoiser, Generator, LogVar
-from models.ncvsd.train import effective, mmd, pack_inputs, renoise_levels, vsd_loss
+from edgesmith.common import EdgesmithError
+from edgesmith.models.ncvsd.config import GMMConfig, NetConfig, TrainConfig
+from edgesmith.models.ncvsd.gmm import GaussianMixture
+from edgesmith.models.ncvsd.nets import FakeDenoiser, Generator, LogVar
+from edgesmith.models.ncvsd.train import effective, mmd, pack_inputs, renoise_levels, vsd_loss
 
 
 def test_y_eff_is_the_posterior_mean_of_two_gaussian_observations():

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from models import get_producer
-from models.common import EdgesmithError
-from models.ood.data import GaussConfig, make_splits
+from edgesmith.models import get_producer
+from edgesmith.common import EdgesmithError
+from edgesmith.models.ood.data import GaussConfig, make_splits
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +71,8 @@ def test_split_outputs_rejects_outputs_of_another_shape(tiny):
 
 
 def test_tiny_deploy_reports_the_metric_and_the_ood_monitor(tmp_path, tiny):
-    from bench.deploy import DeployOptions, deploy
-    from hardware import PlanOptions
+    from edgesmith.bench.deploy import DeployOptions, deploy
+    from edgesmith.hardware import PlanOptions
 
     out = deploy(DeployOptions("ood-gauss", "host-cpu", tmp_path / "r", plan=PlanOptions(tvm=False),
                                model_options={"tiny": True}, warmup=2, reps=5, batch_sizes=(1,), progress=False))

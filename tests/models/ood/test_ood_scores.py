@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.common import EdgesmithError
-from models.ood.scores import auroc, energy, fit_mahalanobis, msp, oracle_probe_auroc
+from edgesmith.common import EdgesmithError
+from edgesmith.models.ood.scores import auroc, energy, fit_mahalanobis, msp, oracle_probe_auroc
 
 
 def test_auroc_matches_a_hand_counted_case_with_ties():

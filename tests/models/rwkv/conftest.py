@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.rwkv.base import RWKVConfig
-from models.rwkv.checkpoint import build_model
+from edgesmith.models.rwkv.base import RWKVConfig
+from edgesmith.models.rwkv.checkpoint import build_model
 
 
 def random_model(version: int, seed: int = 0, n_layer: int = 2, n_embd: int = 64, head_size: int = 16):

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.common import EdgesmithError
-from models.rwkv.checkpoint import load_rwkv, save_rwkv
+from edgesmith.common import EdgesmithError
+from edgesmith.models.rwkv.checkpoint import load_rwkv, save_rwkv
 
 OFFICIAL_V6 = ["emb.weight", "blocks.0.ln0.weight", "blocks.0.att.time_maa_x", "blocks.0.att.time_maa_w1",
                "blocks.0.att.time_maa_w2", "blocks.0.att.time_decay_w1", "blocks.0.att.time_faaaa",

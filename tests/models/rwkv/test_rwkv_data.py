@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.rwkv.data import decode, encode, is_eval_file, load_splits, sequences
+from edgesmith.models.rwkv.data import decode, encode, is_eval_file, load_splits, sequences
 
 
 def test_byte_tokenizer_round_trips_unicode():

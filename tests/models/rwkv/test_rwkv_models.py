@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.common import EdgesmithError
-from models.rwkv.base import RWKVConfig
-from models.rwkv.rwkv6 import wkv6_chunked, wkv6_recurrent
+from edgesmith.common import EdgesmithError
+from edgesmith.models.rwkv.base import RWKVConfig
+from edgesmith.models.rwkv.rwkv6 import wkv6_chunked, wkv6_recurrent
 
 
 @pytest.mark.parametrize("version", [6, 7])

@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from models.common import EdgesmithError
-from models.scaling.distill import ScaledOut, class_groups, group_logits, kd_loss, mlp
+from edgesmith.common import EdgesmithError
+from edgesmith.models.scaling.distill import ScaledOut, class_groups, group_logits, kd_loss, mlp
 
 
 def test_kd_loss_matches_hand_computation():

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from bench.deploy import DeployOptions, deploy
-from hardware import PlanOptions
-from models import get_producer
-from models.common import EdgesmithError
-from models.scaling.producer import ScalingConfig
+from edgesmith.bench.deploy import DeployOptions, deploy
+from edgesmith.hardware import PlanOptions
+from edgesmith.models import get_producer
+from edgesmith.common import EdgesmithError
+from edgesmith.models.scaling.producer import ScalingConfig
 
 
 def _predict(p):

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from models.common import EdgesmithError
-from models.selfconsume.attacks import choose_flips, flip, n_flips
-from models.selfconsume.loop import LoopConfig, curate, curation_probs, run_loop, softmax
-from models.selfconsume.reward_model import (RewardTrainConfig, bt_loss, make_pairs, pairwise_accuracy,
+from edgesmith.common import EdgesmithError
+from edgesmith.models.selfconsume.attacks import choose_flips, flip, n_flips
+from edgesmith.models.selfconsume.loop import LoopConfig, curate, curation_probs, run_loop, softmax
+from edgesmith.models.selfconsume.reward_model import (RewardTrainConfig, bt_loss, make_pairs, pairwise_accuracy,
                                              train_reward_model)
-from models.selfconsume.world import real_data, true_reward
+from edgesmith.models.selfconsume.world import real_data, true_reward
 
 TINY_LOOP = LoopConfig(rounds=2, k=60, n_real=200, n_eval=200, reward_steps=10)
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from models import get_producer
-from models.common import EdgesmithError
+from edgesmith.models import get_producer
+from edgesmith.common import EdgesmithError
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +44,8 @@ def test_metric_is_pairwise_accuracy_and_curation_raises_reward(tiny):
 
 
 def test_tiny_deploy_reports_fp32_equal_to_torch_and_a_close_int8(tmp_path, monkeypatch):
-    from bench.deploy import DeployOptions, deploy
-    from hardware import PlanOptions
+    from edgesmith.bench.deploy import DeployOptions, deploy
+    from edgesmith.hardware import PlanOptions
 
     monkeypatch.setenv("EDGESMITH_CACHE", str(tmp_path / "cache"))
     out = deploy(DeployOptions("self-consuming", "host-cpu", tmp_path / "r", plan=PlanOptions(tvm=False),

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from models import get_producer
-from models.common import EdgesmithError
-from models.skew.producer import SkewConfig, SkewSpectrumProducer, atlas_dataset
-from models.skew.spectrum import hom_counts
+from edgesmith.models import get_producer
+from edgesmith.common import EdgesmithError
+from edgesmith.models.skew.producer import SkewConfig, SkewSpectrumProducer, atlas_dataset
+from edgesmith.models.skew.spectrum import hom_counts
 
 
 def test_input_shape_needs_no_data_or_training():
@@ -58,8 +58,8 @@ def test_check_input_rejects_non_adjacency_rows():
 
 
 def test_tiny_deploy_scores_fp32_like_torch_and_int8_close(tmp_path):
-    from bench.deploy import DeployOptions, deploy
-    from hardware import PlanOptions
+    from edgesmith.bench.deploy import DeployOptions, deploy
+    from edgesmith.hardware import PlanOptions
 
     out = deploy(DeployOptions("skew-spectrum", "host-cpu", tmp_path / "r", plan=PlanOptions(tvm=False),
                                model_options={"tiny": True}, warmup=2, reps=5, batch_sizes=(1,), progress=False))

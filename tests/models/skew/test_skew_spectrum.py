@@ -8,9 +8,9 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from models.common import EdgesmithError
-from models.skew.patterns import patterns
-from models.skew.spectrum import (
+from edgesmith.common import EdgesmithError
+from edgesmith.models.skew.patterns import patterns
+from edgesmith.models.skew.spectrum import (
     correlation_bruteforce,
     group_functions,
     injective_count_bruteforce,

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from models.common import EdgesmithError
-from models.sqaoa.graphs import agreement, brute_force, check_graph, erdos_renyi_signed, pack, set_partitions
-from models.sqaoa.module import SqaoaCircuit, marginal
-from models.sqaoa.onehot import OneHotObjective, onehot_tables
-from models.sqaoa.sqaoa import SqaoaObjective, nucleus, subproblem, tree_expectation
-from models.sqaoa.statevector import (apply_1q, apply_cnot, gate_level_probs, mixer_apply, mixer_matrix, rh, rx, rz,
+from edgesmith.common import EdgesmithError
+from edgesmith.models.sqaoa.graphs import agreement, brute_force, check_graph, erdos_renyi_signed, pack, set_partitions
+from edgesmith.models.sqaoa.module import SqaoaCircuit, marginal
+from edgesmith.models.sqaoa.onehot import OneHotObjective, onehot_tables
+from edgesmith.models.sqaoa.sqaoa import SqaoaObjective, nucleus, subproblem, tree_expectation
+from edgesmith.models.sqaoa.statevector import (apply_1q, apply_cnot, gate_level_probs, mixer_apply, mixer_matrix, rh, rx, rz,
                                       subproblem_probs, zero_state)
 
 TRIANGLE = np.array([[0, 1, -1], [1, 0, 1], [-1, 1, 0]], dtype=float)

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from models import get_producer
-from models.common import EdgesmithError
-from models.sqaoa.producer import SqaoaConfig
+from edgesmith.models import get_producer
+from edgesmith.common import EdgesmithError
+from edgesmith.models.sqaoa.producer import SqaoaConfig
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +61,8 @@ def test_evaluation_is_a_ratio_and_rejects_wrong_shapes(tiny):
 
 
 def test_tiny_deploy_reports_fp32_equal_to_torch_and_a_close_int8(tmp_path, monkeypatch):
-    from bench.deploy import DeployOptions, deploy
-    from hardware import PlanOptions
+    from edgesmith.bench.deploy import DeployOptions, deploy
+    from edgesmith.hardware import PlanOptions
 
     monkeypatch.setenv("EDGESMITH_CACHE", str(tmp_path / "cache"))
     out = deploy(DeployOptions("sqaoa", "host-cpu", tmp_path / "r", plan=PlanOptions(tvm=False),

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from models.common import EdgesmithError
-from models.rwkv.base import RWKVConfig
-from models.rwkv.checkpoint import build_model
-from models.tsv.method import (SteeredRWKV, TSVConfig, TSVDetector, class_probs, ema_update, select_confident,
+from edgesmith.common import EdgesmithError
+from edgesmith.models.rwkv.base import RWKVConfig
+from edgesmith.models.rwkv.checkpoint import build_model
+from edgesmith.models.tsv.method import (SteeredRWKV, TSVConfig, TSVDetector, class_probs, ema_update, select_confident,
                                sinkhorn, train_tsv)
 
 

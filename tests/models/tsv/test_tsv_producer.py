@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from models import get_producer
-from models.common import EdgesmithError
-from models.tsv.facts import PAD, WorldConfig, corpus, make_world, pack, qa_examples
+from edgesmith.models import get_producer
+from edgesmith.common import EdgesmithError
+from edgesmith.models.tsv.facts import PAD, WorldConfig, corpus, make_world, pack, qa_examples
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def test_same_seed_gives_the_same_detector_and_input_shape_needs_no_build(tiny):
 
 
 def test_detector_output_is_a_probability_and_the_metric_is_its_auroc(tiny):
-    from models.ood.scores import auroc
+    from edgesmith.models.ood.scores import auroc
 
     s = tiny.splits()
     with torch.no_grad():
@@ -75,8 +75,8 @@ def test_detector_output_is_a_probability_and_the_metric_is_its_auroc(tiny):
 
 
 def test_tiny_deploy_scores_fp32_like_torch_and_int8_close(tmp_path, tiny):
-    from bench.deploy import DeployOptions, deploy
-    from hardware import PlanOptions
+    from edgesmith.bench.deploy import DeployOptions, deploy
+    from edgesmith.hardware import PlanOptions
 
     plan = PlanOptions(tvm=False, variants=("fp32", "int8"))  # int4 builds like int8; two rows keep it quick
     out = deploy(DeployOptions("tsv-rwkv", "host-cpu", tmp_path / "r", plan=plan,

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from models.common import EdgesmithError
-from models.wavegc.config import DataConfig, TrainConfig, WaveGCConfig
-from models.wavegc.data import N_FEATURES, load_splits, make_graph, normalized_laplacian_eigs, pack, unpack
-from models.wavegc.train import train
-from models.wavegc.wavegc import (WaveGC, apply_filter, filter_matrices, row_norms, scaling_function,
+from edgesmith.common import EdgesmithError
+from edgesmith.models.wavegc.config import DataConfig, TrainConfig, WaveGCConfig
+from edgesmith.models.wavegc.data import N_FEATURES, load_splits, make_graph, normalized_laplacian_eigs, pack, unpack
+from edgesmith.models.wavegc.train import train
+from edgesmith.models.wavegc.wavegc import (WaveGC, apply_filter, filter_matrices, row_norms, scaling_function,
                                   wavelet_functions)
 
 

@@ -6,9 +6,9 @@ import json
 import numpy as np
 import torch
 
-from bench.deploy import DeployOptions, deploy
-from hardware import PlanOptions
-from models import get_producer
+from edgesmith.bench.deploy import DeployOptions, deploy
+from edgesmith.hardware import PlanOptions
+from edgesmith.models import get_producer
 
 
 def test_tiny_wavegc_deploy_reports_torch_metric_for_fp32_and_close_int8(tmp_path):

@@ -1,7 +1,9 @@
-"""Shared plumbing for every edgesmith package: the user-error type, safe writes, seeding.
+"""Shared plumbing for every edgesmith package: the user-error type, safe writes, seeding, the config
+base and cache-or-train.
 
-It lives in ``models`` because ``models`` is the most upstream package: everything downstream
-(compress -> hardware -> runtimes -> bench) may import it without the data flow turning back.
+It sits at the root of the ``edgesmith`` namespace, outside the five packages of the data flow
+(models -> compress -> hardware -> runtimes -> bench), so every one of them may import it without the
+flow turning back. It imports nothing heavy: a latency worker that only times onnxruntime loads it.
 """
 from __future__ import annotations
 
@@ -118,9 +120,19 @@ def check_finite_array(x: np.ndarray, what: str) -> np.ndarray:
     return x
 
 
+SOURCE_ROOT = Path(__file__).resolve().parent  # the checkout (or the installed package folder)
+
+
 def cache_dir() -> Path:
-    """Where trained reference models and compiled kernels are cached (EDGESMITH_CACHE overrides)."""
-    root = Path(os.environ.get("EDGESMITH_CACHE", Path(__file__).resolve().parent.parent / ".cache"))
+    """Where trained models and compiled kernels are cached: ``$EDGESMITH_CACHE``, else ``.cache`` in a
+    source checkout (the folder holding pyproject.toml), else ``~/.cache/edgesmith`` for an installed copy."""
+    env = os.environ.get("EDGESMITH_CACHE")
+    if env:
+        root = Path(env)
+    elif (SOURCE_ROOT / "pyproject.toml").exists():
+        root = SOURCE_ROOT / ".cache"
+    else:
+        root = Path.home() / ".cache" / "edgesmith"
     root.mkdir(parents=True, exist_ok=True)
     return root
 
