@@ -1,10 +1,36 @@
 """edgesmith: compress a model for a piece of hardware, export it, run it and measure it honestly.
 
-The repository's five folders are this package's subpackages: ``edgesmith.models``,
-``edgesmith.compress``, ``edgesmith.hardware``, ``edgesmith.runtimes`` and ``edgesmith.bench``
-(``setup.py`` maps them), so installing edgesmith adds one top-level package, not five.
-``import edgesmith`` stays cheap: it imports nothing heavy.
+The repository's five folders are this package's subpackages (``edgesmith.models``,
+``edgesmith.compress``, ``edgesmith.hardware``, ``edgesmith.runtimes``, ``edgesmith.bench``). The
+Python API mirrors the command line::
+
+    import edgesmith
+    report_dir = edgesmith.deploy("digits-mlp", target="host-cpu", out="runs/digits-host")
+    edgesmith.deploy("model.onnx", target="jetson-orin-nano", calibration="calib.npz", out="runs/m")
+    edgesmith.quantize("model.onnx", pass_kind="int8-qdq", calibration="calib.npy", out="m.int8.onnx")
+    edgesmith.targets(), edgesmith.producers(), edgesmith.passes(), edgesmith.kinds()
+
+Attributes load on first use, so ``import edgesmith`` stays cheap (no torch) for the processes that
+only time an onnxruntime model.
 """
 from __future__ import annotations
 
 __version__ = "0.2.0"
+
+# no API name may equal a subpackage name: `from edgesmith import models` must give the package
+_API = ("deploy", "quantize", "export", "targets", "producers", "passes", "kinds")
+_SUBPACKAGES = ("compress", "runtimes", "models", "hardware", "bench")
+
+__all__ = [*_API, "EdgesmithError", "__version__"]
+
+
+def __getattr__(name: str):
+    if name == "EdgesmithError":
+        from edgesmith.common import EdgesmithError
+
+        return EdgesmithError
+    if name in _API:
+        from edgesmith.bench import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'edgesmith' has no attribute {name!r}")

@@ -1,19 +1,20 @@
 """The ``edgesmith`` command line.
 
-    edgesmith targets                      targets, formats, budgets, cost-model coefficients + sources
-    edgesmith models                       registered model producers
+    edgesmith targets                      targets, the model kinds they run, cost-model coefficients + sources
+    edgesmith models                       registered model producers and their kinds
+    edgesmith kinds                        model kinds and their options (--option KEY=VALUE)
     edgesmith passes                       registered compression/export passes and their options
-    edgesmith export MODEL --out F.onnx    export a producer's model to ONNX
-    edgesmith quantize MODEL|F.onnx --pass int8-qdq --out F.onnx   one compression pass + its report
-    edgesmith bench F.onnx --runtime onnxruntime --batch 1         latency in a fresh process
-    edgesmith deploy MODEL --target T --out DIR                    the target's whole plan -> report folder
-    edgesmith deploy lrnn --target loihi2 --out DIR                sparse fixed-point denoiser in Lava vs Jetson
-    edgesmith demo --out DIR               deploy digits-mlp to every target, with a summary
-    edgesmith quantize rwkv --method rwkvquant --bits 3 --out q.pth   RWKV checkpoint + report (bench.rwkv)
-    edgesmith deploy rwkv --target host-cpu --out DIR                  RWKV perplexity table + decode speed
+    edgesmith export MODEL --out FILE      write a producer's model with its kind's export pass
+    edgesmith quantize MODEL|F.onnx --pass int8-qdq --out FILE      one compression pass + its report
+    edgesmith bench F.onnx --runtime onnxruntime --batch 1          latency in a fresh process
+    edgesmith deploy MODEL --target T --out DIR                     the target's whole plan -> report folder
+    edgesmith deploy --recipe recipe.toml                           the same, options from a TOML recipe
+    edgesmith demo                         the deploys of the shipped demo recipe, with a summary
 
-Options come from flags or from a TOML recipe (``--recipe``); flags win. User errors print one
-line (problem and fix) and exit with status 2; they never print a traceback.
+Every model kind (tensor, token-lm, stream, tree-policy) goes through the same ``deploy``; options that
+belong to one kind or pass are ``--option KEY=VALUE`` (a recipe's ``[options]`` table), checked against
+that kind's or pass's options dataclass. Flags win over a recipe. User errors print one line (problem
+and fix) and exit with status 2; they never print a traceback.
 """
 from __future__ import annotations
 
@@ -21,46 +22,15 @@ import argparse
 import dataclasses
 import json
 import os
-import sys
 import shutil
+import sys
 import tempfile
-import tomllib
 from pathlib import Path
 
-from edgesmith.hardware.base import PlanOptions
+from edgesmith.bench.recipe import deploy_options, load_recipe, parse_key_values
 from edgesmith.common import EdgesmithError, atomic_path, write_json
 
-RECIPE_KEYS = {
-    "top": {"model", "target", "out", "seed", "threads", "force", "sensitivity"},
-    "plan": {f.name for f in dataclasses.fields(PlanOptions)},
-    "bench": {"batch_sizes", "warmup", "reps", "n_calibration", "calibration_select"},
-}
-
-
-def _load_recipe(path: str | None) -> dict:
-    if not path:
-        return {}
-    p = Path(path)
-    if not p.is_file():
-        raise EdgesmithError(f"recipe file {p} does not exist.", "check the --recipe path.")
-    try:
-        data = tomllib.loads(p.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise EdgesmithError(f"recipe {p} is not valid TOML: {e}.", "fix the syntax (see README for an example).") from None
-    for section, keys in (("plan", RECIPE_KEYS["plan"]), ("bench", RECIPE_KEYS["bench"])):
-        unknown = set(data.get(section, {})) - keys
-        if unknown:
-            raise EdgesmithError(f"recipe {p}: unknown [{section}] key(s) {', '.join(sorted(unknown))}.",
-                                 f"valid keys: {', '.join(sorted(keys))}.")
-    unknown = set(data) - RECIPE_KEYS["top"] - {"plan", "bench", "model_options"}
-    if unknown:
-        raise EdgesmithError(f"recipe {p}: unknown key(s) {', '.join(sorted(unknown))}.",
-                             f"valid top-level keys: {', '.join(sorted(RECIPE_KEYS['top']))}, [plan], [bench], "
-                             "[model_options].")
-    return data
-
-
-# --- commands ---------------------------------------------------------------------------------------
+# --- listing commands ---------------------------------------------------------------------------------
 
 
 def cmd_targets(args) -> int:
@@ -72,6 +42,7 @@ def cmd_targets(args) -> int:
         return 0
     for d in descs:
         print(f"{d['name']}: {d['description']}")
+        print(f"  kinds: {', '.join(d['kinds'])}" + "".join(f"; not {k}" for k in d["refused_kinds"]))
         print(f"  formats: {', '.join(d['numeric_formats'])}; runtime: {d['runtime']}; export: {d['export_format']}; "
               f"latency: {d['latency_provenance']}")
         print(f"  memory budget: {d['memory_budget_bytes'] / 2**20:,.0f} MiB ({d['memory_budget_source']})")
@@ -87,7 +58,18 @@ def cmd_models(args) -> int:
 
     for n in producer_names():
         p = get_producer(n)
-        print(f"{n}: {p.description}  (input {tuple(p.input_shape)}, metric {p.metric.name})")
+        print(f"{n} [{p.kind}]: {p.description}  (input {tuple(p.input_shape)}, metric {p.metric.name})")
+    return 0
+
+
+def cmd_kinds(args) -> int:
+    from edgesmith.models.kinds import get_kind, kind_names
+
+    for n in kind_names():
+        d = get_kind(n).describe()
+        print(f"{n}: {d['description']} (figures per {d['unit']}; batch sizes {d['default_batch_sizes']})")
+        for name, o in d["options"].items():
+            print(f"  --option {name}={json.dumps(o['default'])}  {o['help']}")
     return 0
 
 
@@ -101,12 +83,17 @@ def cmd_passes(args) -> int:
     return 0
 
 
-def _producer_artifact(model: str, seed: int):
-    from edgesmith.compress import Artifact
-    from edgesmith.models import get_producer
+# --- model sources ------------------------------------------------------------------------------------
 
-    producer = get_producer(model, seed=seed).build()
-    return producer, Artifact("torch", module=producer.module, meta={"input_shape": list(producer.input_shape)})
+
+def _producer(model: str, seed: int, model_options: dict):
+    from edgesmith.models import get_producer
+    from edgesmith.models.kinds import get_kind
+
+    producer = get_producer(model, seed=seed, **model_options)
+    kind = get_kind(producer.kind)
+    kind.check_producer(producer)
+    return producer.build(), kind
 
 
 def _onnx_artifact(path: Path):
@@ -145,89 +132,85 @@ def _load_calibration(path: str | None, n: int):
     return check_finite_array(x.astype(np.float32)[:n], "calibration data")
 
 
+def _check_out(out: Path, force: bool, *extra: Path) -> None:
+    for p in (out, *extra):
+        if p.exists() and not force:
+            raise EdgesmithError(f"{p} already exists.", "choose another --out or pass --force.")
+
+
+# --- export / quantize / bench -------------------------------------------------------------------------
+
+
 def cmd_export(args) -> int:
-    from edgesmith.compress import PassContext, run_passes
-    from edgesmith.compress.export_onnx import ExportOnnxConfig
+    from edgesmith.bench.deploy import source_artifact
+    from edgesmith.compress import PassContext, config_from_dict, run_passes
 
     out = Path(args.out)
-    if out.exists() and not args.force:
-        raise EdgesmithError(f"{out} already exists.", "choose another --out or pass --force.")
-    producer, art = _producer_artifact(args.model, args.seed)
+    _check_out(out, args.force)
+    producer, kind = _producer(args.model, args.seed, parse_key_values(args.model_option, "--model-option"))
+    config = config_from_dict({"kind": kind.export_pass, **({"opset": args.opset} if args.opset else {})})
     with tempfile.TemporaryDirectory() as work:
-        onnx_art, _ = run_passes(art, [ExportOnnxConfig(opset=args.opset)], PassContext(
+        art, _ = run_passes(source_artifact(producer), [config], PassContext(
             workdir=Path(work), example_input=producer.example_inputs(1), seed=args.seed))
         with atomic_path(out, force=args.force) as tmp:
-            shutil.copyfile(onnx_art.path, tmp)
-    print(f"wrote {out}")
+            shutil.copyfile(art.path, tmp)
+    print(f"wrote {out} ({config.kind})")
     return 0
 
 
 def cmd_quantize(args) -> int:
     from edgesmith.compress import PassContext, config_from_dict, run_passes
-    from edgesmith.compress.export_onnx import ExportOnnxConfig
 
-    if args.model == "rwkv":  # a language model with a recurrent state: its own quantizers and report
-        from edgesmith.bench.rwkv import quantize_rwkv_cli
-
-        quantize_rwkv_cli(args.rwkv_model, method=args.method, bits=args.bits, out=args.out,
-                          group_size=args.group_size, sq_percentile=args.sq_percentile,
-                          n_calibration=args.n_calibration, seed=args.seed, force=args.force, progress=not args.quiet,
-                          threads=args.threads)
-        return 0
     out = Path(args.out)
     report_path = out.with_suffix(out.suffix + ".report.json")
-    for p in (out, report_path):
-        if p.exists() and not args.force:
-            raise EdgesmithError(f"{p} already exists.", "choose another --out or pass --force.")
-    options = {}
-    for kv in args.option or []:
-        if "=" not in kv:
-            raise EdgesmithError(f"--option {kv!r} is not KEY=VALUE.", "write e.g. --option calibration=percentile.")
-        k, v = kv.split("=", 1)
-        try:
-            options[k] = json.loads(v)
-        except json.JSONDecodeError:
-            options[k] = v
-    config = config_from_dict({"kind": args.pass_kind, **options})
-    calib = _load_calibration(args.calibration_data, args.n_calibration)
+    _check_out(out, args.force, report_path)
+    config = config_from_dict({"kind": args.pass_kind, **parse_key_values(args.option, "--option")})
+    calib = _load_calibration(args.calibration_data, args.n_calibration or 128)
     model_path = Path(args.model)
+    producer = None
     if args.model.endswith(".onnx") or model_path.exists():
         art = _onnx_artifact(model_path)
-        producer = None
-        passes = [config]
-        example = None
+        passes, example, train = [config], None, None
     else:
-        producer, art = _producer_artifact(args.model, args.seed)
-        calib = calib if calib is not None else producer.calibration_data(args.n_calibration)
-        example = producer.example_inputs(1)
-        passes = [ExportOnnxConfig(), config] if config.input_format == "onnx" else [config]
-        if passes[-1].output_format == "torch":  # e.g. pruning: export the result so there is a file
-            passes.append(ExportOnnxConfig())
-    if passes[-1].output_format != "onnx":
-        raise EdgesmithError(f"pass {config.kind!r} does not produce an ONNX file.",
-                             "use `edgesmith deploy` for passes that produce other formats.")
+        from edgesmith.bench.deploy import source_artifact
+
+        producer, kind = _producer(args.model, args.seed, parse_key_values(args.model_option, "--model-option"))
+        art = source_artifact(producer)
+        n = args.n_calibration or kind.default_n_calibration
+        calib = calib if calib is not None else producer.calibration_data(n)
+        example, train = producer.example_inputs(1), producer.training_data()
+        export = config_from_dict({"kind": kind.export_pass})
+        passes = [export, config] if config.input_format != art.format and export.output_format == config.input_format \
+            else [config]
+        if passes[-1].output_format == "torch":  # e.g. pruning or an RWKV quantizer: write it in the kind's format
+            passes.append(export)
     with tempfile.TemporaryDirectory() as work:
         ctx = PassContext(workdir=Path(work), calibration=calib, example_input=example, seed=args.seed,
-                          sensitivity=args.sensitivity, progress=not args.quiet)
+                          sensitivity=args.sensitivity, progress=not args.quiet, train_data=train)
         if args.sensitivity and producer is not None:
             from edgesmith.bench.deploy import _artifact_scorer
 
             ctx.evaluate = _artifact_scorer(producer, os.cpu_count() or 1)
         result, reports = run_passes(art, passes, ctx)
+        if result.path is None:
+            raise EdgesmithError(f"pass {config.kind!r} leaves an in-memory {result.format} model, not a file.",
+                                 "use `edgesmith deploy` for it, or a pass that writes a file.")
         with atomic_path(out, force=args.force) as tmp:
             shutil.copyfile(result.path, tmp)
-        write_json(report_path, {"input": args.model, "output": str(out), "passes": [r.to_dict() for r in reports]},
-                   force=args.force)
+        write_json(report_path, {"input": args.model, "output": str(out), "format": result.format,
+                                 "passes": [r.to_dict() for r in reports]}, force=args.force)
     final = next(r for r in reports if r.config["kind"] == config.kind)  # the user's pass, not the export
     print(f"wrote {out} ({final.size_before_bytes:,} -> {final.size_after_bytes:,} bytes"
           + (f", {final.bits_per_weight:.2f} bits/weight" if final.bits_per_weight else "") + f"); report {report_path}")
     if producer is not None:
+        from edgesmith.bench.deploy import predictor
         from edgesmith.compress import Artifact
-        from edgesmith.runtimes import get_runtime
+        from edgesmith.runtimes import get_runtime, runtime_for
 
-        rt = get_runtime("onnxruntime").load(Artifact("onnx", path=out, meta=dict(result.meta)))
-        ev = producer.evaluate(lambda x: rt.run(x).outputs)
-        print(f"{ev.metric.name} ({ev.n_samples} held-out samples): {ev.value:.4f}")
+        written = Artifact(result.format, path=out, meta=dict(result.meta))
+        rt = get_runtime(runtime_for(written)).load(written)
+        ev = producer.evaluate(predictor(rt, written))
+        print(f"{ev.metric.name} of the written file ({ev.n_samples} held-out samples, {rt.name}): {ev.value:.4f}")
     return 0
 
 
@@ -268,108 +251,22 @@ def cmd_bench(args) -> int:
     return 0
 
 
-def _deploy_options(args, recipe: dict):
-    from edgesmith.bench.deploy import DeployOptions
-    from edgesmith.hardware import PlanOptions
-
-    plan_kw = dict(recipe.get("plan", {}))
-    bench_kw = dict(recipe.get("bench", {}))
-    for name in ("calibration", "percentile", "int4_block_size", "prune_sparsity", "tvm_tune_trials"):
-        v = getattr(args, name, None)
-        if v is not None:
-            plan_kw[name] = v
-    if getattr(args, "no_tvm", False):
-        plan_kw["tvm"] = False
-    if getattr(args, "variant", None):
-        plan_kw["variants"] = tuple(args.variant)
-    if "variants" in plan_kw:
-        plan_kw["variants"] = tuple(plan_kw["variants"])
-    if args.batch:
-        bench_kw["batch_sizes"] = tuple(args.batch)
-    if "batch_sizes" in bench_kw:
-        bench_kw["batch_sizes"] = tuple(bench_kw["batch_sizes"])
-    for name in ("warmup", "reps", "n_calibration", "calibration_select"):
-        v = getattr(args, name, None)
-        if v is not None:
-            bench_kw[name] = v
-    top = {k: recipe[k] for k in ("seed", "threads", "force", "sensitivity") if k in recipe}
-    for name in ("seed", "threads"):
-        v = getattr(args, name, None)
-        if v is not None:
-            top[name] = v
-    if args.force:
-        top["force"] = True
-    if args.sensitivity:
-        top["sensitivity"] = True
-    model = getattr(args, "model", None) or recipe.get("model")
-    target = getattr(args, "target", None) or recipe.get("target")
-    out = args.out or recipe.get("out") or f"runs/{model}-{target}"
-    if not model:
-        raise EdgesmithError("no model given.", "pass MODEL or set model in the recipe.")
-    if not target:
-        raise EdgesmithError("no target given.", "pass --target or set target in the recipe.")
-    try:
-        plan = PlanOptions(**plan_kw)
-    except TypeError as e:
-        raise EdgesmithError(f"bad plan option: {e}.", "see `edgesmith deploy --help`.") from None
-    model_options = dict(recipe.get("model_options", {}))
-    model_options.update(parse_model_options(getattr(args, "model_option", None) or []))
-    return DeployOptions(model=model, target=target, out=Path(out), plan=plan, progress=not args.quiet,
-                         model_options=model_options, **bench_kw, **top)
-
-
-def parse_model_options(items: list[str]) -> dict:
-    """``KEY=VALUE`` strings -> keyword arguments; VALUE is read as JSON (true, 3, 0.5, "x") or else kept as text."""
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip().isidentifier():
-            raise EdgesmithError(f"--model-option {item!r} is not KEY=VALUE.", "write it like --model-option tiny=true.")
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value
-    return out
+# --- deploy / demo --------------------------------------------------------------------------------------
 
 
 def cmd_deploy(args) -> int:
     from edgesmith.bench.deploy import deploy
 
-    if args.model == "rwkv":  # perplexity + decode speed, not the classifier pipeline
-        from edgesmith.bench.rwkv import deploy_rwkv, options_from_args
-
-        print(f"report: {deploy_rwkv(options_from_args(args)) / 'report.md'}")
-        return 0
-    if args.model == "lrnn":  # streaming denoiser: prune -> fixed point -> Lava, with its own plan
-        return _deploy_lrnn(args)
-    if args.quick:
-        raise EdgesmithError("--quick applies only to `deploy rwkv` and `deploy lrnn`.",
-                             "use --reps/--batch to shorten other deploys.")
-    recipe = _load_recipe(args.recipe)
-    opts = _deploy_options(args, recipe)
-    out = deploy(opts)
+    recipe = load_recipe(args.recipe)
+    out = deploy(deploy_options(args, recipe))
     print(f"report: {out / 'report.md'}")
     return 0
 
 
-def _deploy_lrnn(args) -> int:
-    from edgesmith.bench.benchmarks.lrnn_deploy import LrnnPlan, deploy_lrnn
-
-    if args.target not in (None, "loihi2"):
-        raise EdgesmithError(f"`deploy lrnn` targets loihi2 (with the Jetson comparison inside), not {args.target!r}.",
-                             "use --target loihi2.")
-    out = Path(args.out or "runs/lrnn-loihi2")
-    plan = LrnnPlan(quick=args.quick, lava_clips=args.lava_clips, sweep=not args.no_sweep)
-    sweep_from = Path(args.sweep_from) if args.sweep_from else None
-    log = (lambda *a, **k: None) if args.quiet else print
-    print(f"report: {deploy_lrnn(out, plan, force=args.force, sweep_from=sweep_from, log=log) / 'report.md'}")
-    return 0
-
-
 def cmd_demo(args) -> int:
-    from edgesmith.bench.demo import run_demo
+    from edgesmith.bench.demo import DEMO_RECIPE, run_demo
 
-    out = run_demo(Path(args.out), force=args.force, quick=args.quick, progress=not args.quiet,
+    out = run_demo(Path(args.recipe or DEMO_RECIPE), Path(args.out), force=args.force, progress=not args.quiet,
                    tune_trials=args.tvm_tune_trials)
     print(f"demo summary: {out / 'summary.md'}")
     return 0
@@ -381,24 +278,23 @@ def cmd_demo(args) -> int:
 def _add_deploy_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="report folder (default runs/MODEL-TARGET)")
     p.add_argument("--force", action="store_true", help="replace an existing output folder")
-    p.add_argument("--recipe", help="TOML recipe with model/target/[plan]/[bench] (flags override it)")
+    p.add_argument("--recipe", help="TOML recipe (model, target, [plan], [bench], [options], [model_options])")
     p.add_argument("--seed", type=int)
     p.add_argument("--threads", type=int, help="threads for every runtime (default: all cores)")
-    p.add_argument("--batch", type=int, action="append", help="batch size to time (repeatable; default 1 and 64)")
+    p.add_argument("--batch", type=int, action="append", help="batch size to time (repeatable; default: the kind's)")
     p.add_argument("--warmup", type=int)
     p.add_argument("--reps", type=int)
-    p.add_argument("--n-calibration", dest="n_calibration", type=int)
+    p.add_argument("--n-calibration", dest="n_calibration", type=int, help="calibration samples (default: the kind's)")
     p.add_argument("--calibration-select", dest="calibration_select",
                    help="how calibration samples are chosen: first (default), random or influence")
-    p.add_argument("--calibration", choices=["minmax", "percentile"], help="int8 activation calibration")
-    p.add_argument("--percentile", type=float)
-    p.add_argument("--int4-block-size", dest="int4_block_size", type=int)
-    p.add_argument("--prune-sparsity", dest="prune_sparsity", type=float, help="add a pruned+int8 variant")
-    p.add_argument("--tvm-tune-trials", dest="tvm_tune_trials", type=int, help="also run MetaSchedule-tuned TVM")
-    p.add_argument("--no-tvm", dest="no_tvm", action="store_true")
+    p.add_argument("--tvm-tune-trials", dest="tvm_tune_trials", type=int,
+                   help="also run TVM tuned with this many fresh MetaSchedule trials")
+    p.add_argument("--no-tvm", dest="no_tvm", action="store_true", help="leave TVM rows out")
     p.add_argument("--variant", action="append", help="only these variants (repeatable)")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="option of the model's kind, e.g. prune_sparsity=0.5 (see `edgesmith kinds`; repeatable)")
     p.add_argument("--model-option", dest="model_option", action="append", metavar="KEY=VALUE",
-                   help="keyword argument of the model's producer, e.g. tiny=true (repeatable)")
+                   help="argument of the model's producer, e.g. tiny=true (repeatable)")
     p.add_argument("--sensitivity", action="store_true", help="per-layer sensitivity table for quantizing passes")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -407,18 +303,20 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="edgesmith", description="Compress, export, run and measure models for edge targets.")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("targets", help="list targets with their cost-model coefficients and sources")
+    p = sub.add_parser("targets", help="list targets with their model kinds and cost-model coefficients")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_targets)
 
-    sub.add_parser("models", help="list model producers").set_defaults(func=cmd_models)
+    sub.add_parser("models", help="list model producers and their kinds").set_defaults(func=cmd_models)
+    sub.add_parser("kinds", help="list model kinds and their options").set_defaults(func=cmd_kinds)
     sub.add_parser("passes", help="list compression/export passes and their options").set_defaults(func=cmd_passes)
 
-    p = sub.add_parser("export", help="export a producer's model to ONNX")
+    p = sub.add_parser("export", help="write a producer's model with its kind's export pass (ONNX)")
     p.add_argument("model")
     p.add_argument("--out", required=True)
-    p.add_argument("--opset", type=int, default=17)
+    p.add_argument("--opset", type=int)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model-option", dest="model_option", action="append", metavar="KEY=VALUE")
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_export)
 
@@ -426,22 +324,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="a model name (see `edgesmith models`) or a path to an .onnx file")
     p.add_argument("--pass", dest="pass_kind", default="int8-qdq", help="pass kind (see `edgesmith passes`)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="pass option (repeatable)")
+    p.add_argument("--model-option", dest="model_option", action="append", metavar="KEY=VALUE",
+                   help="argument of the model's producer (repeatable)")
     p.add_argument("--calibration-data", dest="calibration_data", help=".npy of calibration inputs (ONNX files)")
-    p.add_argument("--n-calibration", dest="n_calibration", type=int, default=128)
+    p.add_argument("--n-calibration", dest="n_calibration", type=int)
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sensitivity", action="store_true")
     p.add_argument("--force", action="store_true")
     p.add_argument("--quiet", action="store_true")
-    rw = p.add_argument_group("MODEL rwkv (ignored for other models)")
-    rw.add_argument("--method", help="rtn, gptq, gptvq or rwkvquant (default rwkvquant)")
-    rw.add_argument("--bits", help="3 or 4 (default 3)")
-    rw.add_argument("--rwkv-model", dest="rwkv_model", default="rwkv7-ref",
-                    help="rwkv6-ref, rwkv7-ref (default) or the path of an official-layout RWKV-6/7 .pth")
-    rw.add_argument("--group-size", dest="group_size", type=int, help="scalar-quantization group (default 64)")
-    rw.add_argument("--sq-percentile", dest="sq_percentile", type=float,
-                    help="RWKVQuant proxy threshold percentile (default 90)")
-    rw.add_argument("--threads", type=int, default=1, help="torch threads while quantizing (default 1)")
     p.set_defaults(func=cmd_quantize)
 
     p = sub.add_parser("bench", help="time an ONNX model in a runtime (fresh process)")
@@ -462,17 +353,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", nargs="?", help="model name (or set it in --recipe)")
     p.add_argument("--target", help="target name (see `edgesmith targets`)")
     _add_deploy_flags(p)
-    p.add_argument("--quick", action="store_true", help="rwkv only: one model, fewer eval bytes, small decode model")
-    p.add_argument("--lava-clips", dest="lava_clips", type=int, help="lrnn only: test clips simulated in Lava")
-    p.add_argument("--no-sweep", dest="no_sweep", action="store_true", help="lrnn only: skip the width x sparsity sweep")
-    p.add_argument("--sweep-from", dest="sweep_from", help="lrnn only: reuse a finished lrnn_sweep folder")
     p.set_defaults(func=cmd_deploy)
 
-    p = sub.add_parser("demo", help="deploy digits-mlp to every target and summarise")
+    p = sub.add_parser("demo", help="run the demo recipe's deploys and summarise them")
+    p.add_argument("--recipe", help="a recipe with [[deploy]] tables (default: the shipped bench/recipes/demo.toml)")
     p.add_argument("--out", default="runs/demo")
     p.add_argument("--force", action="store_true")
-    p.add_argument("--quick", action="store_true", help="fewer repetitions (for smoke tests)")
-    p.add_argument("--tvm-tune-trials", dest="tvm_tune_trials", type=int, default=8)
+    p.add_argument("--tvm-tune-trials", dest="tvm_tune_trials", type=int, default=0,
+                   help="fresh MetaSchedule trials for TVM (default 0: shipped tuning records only)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_demo)
     return ap

@@ -1,46 +1,47 @@
-"""``edgesmith demo``: the main job on built-in defaults.
+"""``edgesmith demo``: the main job on built-in defaults, driven by a recipe.
 
-Deploys the digits classifier to every target (host CPU: fp32 / int8 QDQ / int4 weight-only under
-onnxruntime and TVM; Jetson Orin Nano: modelled; Loihi 2: a Sigma-Delta network in Lava), plus the
-MatMul-heavy ``digits-wide`` on the host CPU for the int8 vs fp32 speed-up at batch 64, and writes
-one report folder per deploy and a summary page.
+Runs every ``[[deploy]]`` of the recipe (default ``bench/recipes/demo.toml``: one model of each kind on
+the targets that support it) through the one deploy pipeline and writes one report folder per deploy
+plus a summary page. TVM rows use the tuning records shipped in the repository or cached; fresh
+MetaSchedule tuning happens only when asked (``--tvm-tune-trials``).
 """
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
-from edgesmith.bench.deploy import DeployOptions, deploy
+from edgesmith.bench.recipe import deploy_options, load_recipe
 from edgesmith.bench.report import _fmt_j, _fmt_s
-from edgesmith.hardware import PlanOptions
 from edgesmith.common import EdgesmithError, atomic_path, write_json
 
-
-def demo_runs(quick: bool, tune_trials: int) -> list[tuple[str, str, PlanOptions, dict]]:
-    """(model, target, plan options, bench options) of each deploy in the demo."""
-    reps = {"warmup": 5, "reps": 20} if quick else {"warmup": 20, "reps": 200}
-    runs = [
-        ("digits-mlp", "host-cpu", PlanOptions(tvm_tune_trials=0 if quick else tune_trials), reps),
-        ("digits-mlp", "jetson-orin-nano", PlanOptions(), reps),
-        ("digits-mlp", "loihi2", PlanOptions(), reps),
-    ]
-    if not quick:
-        runs.append(("digits-wide", "host-cpu", PlanOptions(tvm=False), {**reps, "batch_sizes": (1, 64)}))
-    return runs
+DEMO_RECIPE = Path(__file__).resolve().parent / "recipes" / "demo.toml"
 
 
-def run_demo(out: Path, *, force: bool = False, quick: bool = False, progress: bool = True,
-             tune_trials: int = 8) -> Path:
+def run_demo(recipe_path: Path, out: Path, *, force: bool = False, progress: bool = True,
+             tune_trials: int = 0) -> Path:
+    recipe = load_recipe(str(recipe_path))
+    deploys = recipe.get("deploy") or []
+    if not deploys:
+        raise EdgesmithError(f"recipe {recipe_path} lists no [[deploy]] tables.", "add one per model and target.")
     if out.exists() and not force:
         raise EdgesmithError(f"output folder {out} already exists.", "choose another --out or pass --force.")
+    flags = argparse.Namespace(quiet=not progress, tvm_tune_trials=tune_trials or None)
+    # every deploy's options are built (and so checked) before the first one runs
+    runs = []
+    for entry in deploys:
+        folder = f"{entry.get('model', recipe.get('model'))}-{entry.get('target', recipe.get('target'))}"
+        runs.append((folder, deploy_options(flags, recipe, {**entry, "out": folder})))
     with atomic_path(out, force=force) as tmp:
         tmp.mkdir(parents=True)
         summary = []
-        for model, target, plan, bench_kw in demo_runs(quick, tune_trials):
-            folder = tmp / f"{model}-{target}"
-            deploy(DeployOptions(model=model, target=target, out=folder, plan=plan, progress=progress, **bench_kw))
-            report = json.loads((folder / "report.json").read_text())
-            summary.append(report)
+        for folder, opts in runs:
+            from edgesmith.bench.deploy import deploy
+
+            opts.out = tmp / folder
+            opts.force = False
+            deploy(opts)
+            summary.append(json.loads((opts.out / "report.json").read_text()))
         write_json(tmp / "summary.json", [_summary_rows(r) for r in summary])
         (tmp / "summary.md").write_text(render_summary(summary))
     return out
@@ -49,13 +50,16 @@ def run_demo(out: Path, *, force: bool = False, quick: bool = False, progress: b
 def _summary_rows(report: dict) -> dict:
     return {
         "model": report["model"],
+        "kind": report["kind"]["name"],
         "target": report["target"]["name"],
         "reference": report["reference"]["evaluation"],
         "rows": [{
             "variant": r["variant"], "runtime": r["runtime_label"], "metric": r["evaluation"]["value"],
             "size_bytes": r["size_bytes"],
             "latency": {b: {"p50": e["p50"], "provenance": e["provenance"]} for b, e in r["latency"].items()},
-            "energy_j_per_sample": r["energy"].get("energy_j_per_sample"), "energy_provenance": r["energy"]["provenance"],
+            "speed": r.get("speed", {}),
+            "energy_j_per_unit": r["energy"].get("energy_j_per_sample"), "energy_per": report["unit"],
+            "energy_provenance": r["energy"]["provenance"],
         } for r in report["results"]],
     }
 
@@ -64,20 +68,23 @@ def render_summary(reports: list[dict]) -> str:
     lines = ["# edgesmith demo", "",
              "Each row: one compressed variant in one runtime. Latency and energy carry their provenance: "
              "`measured` on this machine, or `estimated` from the target's cost model (coefficients and sources in "
-             "each report).", ""]
+             "each report). Speed is the model kind's figure (samples/s, tokens/s, real-time factor).", ""]
     for rep in reports:
         ref = rep["reference"]["evaluation"]
         batches = rep["batch_sizes"]
-        lines += [f"## {rep['model']} on {rep['target']['name']}", "",
-                  f"torch fp32 reference {ref['metric']} = {ref['value']:.4f}. Full report: "
-                  f"[{rep['model']}-{rep['target']['name']}/report.md]({rep['model']}-{rep['target']['name']}/report.md)", "",
+        folder = f"{rep['model']}-{rep['target']['name']}"
+        lines += [f"## {rep['model']} ({rep['kind']['name']}) on {rep['target']['name']}", "",
+                  f"reference ({rep['reference']['runtime']}) {ref['metric']} = {ref['value']:.4f}. Full report: "
+                  f"[{folder}/report.md]({folder}/report.md)", "",
                   f"| variant | runtime | {ref['metric']} | size | " + " | ".join(f"p50 b={b}" for b in batches)
-                  + " | energy/sample |", "|" + "---|" * (5 + len(batches))]
+                  + f" | speed b={batches[0]} | energy/{rep['unit']} |", "|" + "---|" * (6 + len(batches))]
         for r in rep["results"]:
             lat = [f"{_fmt_s(r['latency'][str(b)]['p50'])} ({r['latency'][str(b)]['provenance']})" for b in batches]
+            sp = r.get("speed", {}).get(str(batches[0]))
             e = r["energy"]
             lines.append(f"| {r['variant']} | {r['runtime_label']} | {r['evaluation']['value']:.4f} | "
                          f"{r['size_bytes'] / 1024:.1f} KiB | " + " | ".join(lat)
+                         + (f" | {sp['value']:.4g} {sp['unit']}" if sp else " | -")
                          + f" | {_fmt_j(e.get('energy_j_per_sample'))} ({e['provenance']}) |")
         lines.append("")
         ratios = _int8_ratios(rep)

@@ -1,10 +1,13 @@
-"""``edgesmith deploy MODEL --target T``: run a target's whole plan and write a report folder.
+"""``edgesmith deploy MODEL --target T``: one pipeline for every model kind, one report shape.
 
-For every variant of the plan: run its passes, load the result in each runtime, score it with the
-producer's metric, compare its outputs with the torch fp32 reference, measure latency where the
-target is this machine (fresh process per artifact) or estimate it from the target's cost model, and
-label energy measured or estimated. Everything lands in a temporary folder that is renamed into place
-at the end, so an interrupted deploy leaves nothing half-written.
+The producer's kind (``models.kinds``) says what its data look like, how it is timed and which speed
+figure applies; the target plans the variants for that kind (or refuses the kind, before anything is
+built). For every variant: run its passes, load the result in each runtime, score it with the
+producer's metric, compare its outputs with the reference (the model in its native format and
+runtime), time it where the target is this machine (fresh process per artifact) or estimate it from
+the target's cost model, and label energy measured or estimated. A recurrent step graph (state as
+inputs and outputs) is fed whole sequences one step at a time (``runtimes.stateful``). Everything
+lands in a temporary folder renamed into place at the end, so an interrupted deploy leaves nothing.
 """
 from __future__ import annotations
 
@@ -18,33 +21,37 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from edgesmith import __version__
 from edgesmith.bench.energy import RaplReader, energy_figure
 from edgesmith.bench.latency import measure_isolated
 from edgesmith.bench.ood_monitor import ood_entry, ood_reference
 from edgesmith.bench.report import write_report
+from edgesmith.common import EdgesmithError, atomic_path
 from edgesmith.compress import Artifact, PassContext, run_passes
 from edgesmith.compress.calibration_select import check_selector, select_calibration
 from edgesmith.hardware import PlanOptions, Workload, get_target
 from edgesmith.hardware.workload import workload_from_activity, workload_from_module, workload_from_onnx
 from edgesmith.models import get_producer
-from edgesmith.common import EdgesmithError, atomic_path
-from edgesmith.runtimes import RunResult, get_runtime
-
-__version__ = "0.1.0"
+from edgesmith.models.kinds import get_kind
+from edgesmith.runtimes import REFERENCE_RUNTIMES, RunResult, get_runtime
+from edgesmith.runtimes.stateful import recurrent_spec, run_sequence, timing_feed
 
 
 @dataclass
 class DeployOptions:
+    """What one deploy runs. ``batch_sizes`` and ``n_calibration`` default to the model kind's; the
+    kind's own options travel in ``plan.options``; ``model_options`` are the producer's arguments."""
+
     model: str
     target: str
     out: Path
     force: bool = False
     seed: int = 0
     threads: int = 0  # 0: all cores of this machine
-    batch_sizes: tuple[int, ...] = (1, 64)
+    batch_sizes: tuple[int, ...] | None = None
     warmup: int = 20
     reps: int = 200
-    n_calibration: int = 128
+    n_calibration: int | None = None
     calibration_select: str = "first"  # how the calibration samples are chosen: compress.calibration_select
     sensitivity: bool = False
     progress: bool = True
@@ -54,12 +61,20 @@ class DeployOptions:
     def __post_init__(self):
         self.out = Path(self.out)
         check_selector(self.calibration_select)
-        if not self.batch_sizes or any(int(b) < 1 for b in self.batch_sizes):
-            raise EdgesmithError(f"batch sizes {self.batch_sizes} are not all positive.", "use e.g. --batch 1 --batch 64.")
-        if self.reps < 5:
-            raise EdgesmithError(f"--reps {self.reps} is too few for percentiles.", "use at least 5 repetitions.")
-        if self.threads < 0:
-            raise EdgesmithError("--threads must be 0 (all cores) or positive.", "pass a positive thread count.")
+        if self.batch_sizes is not None:
+            self.batch_sizes = tuple(self.batch_sizes)
+            if not self.batch_sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 1
+                                           for b in self.batch_sizes):
+                raise EdgesmithError(f"batch sizes {list(self.batch_sizes)} are not all positive whole numbers.",
+                                     "use e.g. --batch 1 --batch 64.")
+        for name, lo in (("warmup", 0), ("reps", 5), ("threads", 0), ("seed", 0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise EdgesmithError(f"{name} is {v!r}.", f"use a whole number of at least {lo}"
+                                     + (" (percentiles need a few repetitions)." if name == "reps" else "."))
+        n = self.n_calibration
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise EdgesmithError(f"n_calibration is {n!r}.", "use a positive number of calibration samples.")
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -103,13 +118,53 @@ def _runtime_rows(variant, plan_options: PlanOptions) -> list[tuple[str, str, di
     return rows
 
 
-def _workload(art: Artifact, producer, activity: dict | None) -> Workload:
+def source_artifact(producer) -> Artifact:
+    """The producer's model in its native format (what every variant's passes start from)."""
+    variable = get_kind(producer.kind).variable_length  # e.g. token sequences of any length: no fixed shape
+    meta = {"input_shape": None if variable else list(producer.input_shape)}
+    return Artifact(producer.native_format, module=producer.module, meta=meta)
+
+
+def predictor(rt, art: Artifact, chunk: int | None = None, seen: dict | None = None):
+    """A prediction function over whole inputs: recurrent step graphs are fed one step at a time;
+    backends that compile per shape (TVM) get fixed-size chunks. ``seen`` keeps the last call."""
+    spec = recurrent_spec(art.meta)
+
+    def predict(x):
+        if spec is not None:
+            out, stats = run_sequence(rt, spec, x)
+            res = RunResult(out, stats)
+        else:
+            res = rt.run(x) if chunk is None else _run_chunked(rt, x, chunk)
+        if seen is not None:
+            seen.update(inputs=x, outputs=res.outputs, stats=res.stats)
+        return res.outputs
+
+    return predict
+
+
+def timing_inputs(art: Artifact, producer, batch: int):
+    """What one timed call gets: ``batch`` samples, or for a step graph their first step and a zero state."""
+    x = producer.example_inputs(batch)
+    spec = recurrent_spec(art.meta)
+    return x if spec is None else timing_feed(spec, x)
+
+
+def _workload(art: Artifact, producer, kind, activity: dict | None) -> Workload:
     """Per-sample operation counts: from simulator activity when there is some, else from the graph."""
     if activity is not None:
         return workload_from_activity(activity, weight_bytes=art.size_bytes())
     if art.format == "onnx":
-        return workload_from_onnx(art.path)
-    return workload_from_module(art.module, producer.input_shape)
+        work = workload_from_onnx(art.path)
+    elif art.format == "torch":
+        work = workload_from_module(art.module, producer.input_shape)
+    else:  # trees, C: comparisons and lookups, no multiply-accumulates to count
+        return Workload(weight_bytes=float(art.size_bytes()), n_layers=1,
+                        source=f"{art.format} artifact: no MACs (comparisons and table lookups); weights read once")
+    if kind.sequential_axis is not None and not recurrent_spec(art.meta):
+        # a whole-clip graph of a streaming model still runs step by step on a device: counts are totals
+        work = dataclasses.replace(work, timesteps=int(producer.input_shape[kind.sequential_axis]))
+    return work
 
 
 def deploy(opts: DeployOptions) -> Path:
@@ -118,21 +173,33 @@ def deploy(opts: DeployOptions) -> Path:
         raise EdgesmithError(f"output folder {opts.out} already exists.", "choose another --out or pass --force to replace it.")
     target = get_target(opts.target)
     producer = get_producer(opts.model, seed=opts.seed, **opts.model_options)
+    kind = get_kind(producer.kind)
+    kind.check_producer(producer)
+    target.check_kind(kind.name, opts.model)  # before any training: an unsupported pair costs nothing
+    kind.options(opts.plan.options)  # a bad --option fails here too, not after the build
+    batch_sizes = opts.batch_sizes or kind.default_batch_sizes
     threads = opts.threads or os.cpu_count() or 1
     say = (lambda msg: tqdm.write(msg)) if opts.progress else (lambda msg: None)
 
-    say(f"[edgesmith] building {opts.model} (seed {opts.seed})")
+    say(f"[edgesmith] building {opts.model} ({kind.name}, seed {opts.seed})")
     producer.build()
     plan = target.plan(producer, opts.plan)
-    ref_art = Artifact("torch", module=producer.module, meta={"input_shape": list(producer.input_shape)})
-    torch_rt = get_runtime("torch", threads=threads).load(ref_art)
-    ref_eval = producer.evaluate(lambda x: torch_rt.run(x).outputs)
+    ref_art = source_artifact(producer)
+    ref_name = REFERENCE_RUNTIMES[ref_art.format]
+    ref_rt = get_runtime(ref_name, threads=threads).load(ref_art)
+    ref_eval = producer.evaluate(predictor(ref_rt, ref_art))
     probe = producer.example_inputs(16)
-    ref_out = torch_rt.run(probe).outputs
-    ood_ref = ood_reference(producer, lambda x: torch_rt.run(x).outputs, seed=opts.seed)  # None: no OOD inputs
+    ref_out = ref_rt.run(probe).outputs
+    ood_ref = ood_reference(producer, lambda x: ref_rt.run(x).outputs, seed=opts.seed)  # None: no OOD inputs
 
     # one calibration set for every variant: the influence selector runs the fp32 model over its pool
-    calibration = select_calibration(producer, opts.n_calibration, opts.calibration_select, seed=opts.seed)
+    n_calibration = opts.n_calibration or kind.default_n_calibration
+    calibration = select_calibration(producer, n_calibration, opts.calibration_select, seed=opts.seed)
+    train_data = producer.training_data()
+    ctx_common = dict(calibration=calibration, example_input=producer.example_inputs(1), seed=opts.seed,
+                      sensitivity=opts.sensitivity, progress=opts.progress, train_data=train_data,
+                      evaluate=_artifact_scorer(producer, threads))
+    run = _VariantRun(target, producer, kind, threads, opts, batch_sizes, ref_out, probe, ood_ref)
 
     with atomic_path(opts.out, force=opts.force) as tmp:
         tmp.mkdir(parents=True)
@@ -141,11 +208,7 @@ def deploy(opts: DeployOptions) -> Path:
         bar = tqdm(total=len(steps), desc="deploy", unit="run", disable=not opts.progress)
         for variant in plan.variants:
             bar.set_postfix_str(f"{variant.name}: passes")
-            ctx = PassContext(workdir=tmp / "artifacts" / variant.name,
-                              calibration=calibration,
-                              example_input=producer.example_inputs(1), seed=opts.seed,
-                              sensitivity=opts.sensitivity, progress=opts.progress,
-                              evaluate=_artifact_scorer(producer, threads))
+            ctx = PassContext(workdir=tmp / "artifacts" / variant.name, **ctx_common)
             art, reports = run_passes(ref_art, variant.passes, ctx)
             target.check_fits(art.size_bytes(), f"variant {variant.name}")
             variants.append({**variant.to_dict(), "artifact": str(art.path.relative_to(tmp)) if art.path else None,
@@ -154,30 +217,33 @@ def deploy(opts: DeployOptions) -> Path:
             for rt_name, label, rt_opts in _runtime_rows(variant, opts.plan):
                 bar.set_postfix_str(f"{variant.name}: {label}")
                 try:
-                    results.append(_run_variant(target, producer, art, variant.name, rt_name, label, rt_opts,
-                                                threads, opts, ref_out, probe, bpw, ood_ref=ood_ref))
+                    results.append(run.row(art, variant.name, rt_name, label, rt_opts, bpw))
                 except Exception as e:
-                    # the target's own runtime must work; an optional second backend (TVM) that cannot
+                    # the variant's first runtime must work; an optional second backend (TVM) that cannot
                     # compile this model is recorded as a failed run instead of losing every other figure
-                    if rt_name == target.runtime:
+                    if rt_name == variant.runtimes[0]:
                         raise
                     failed.append({"variant": variant.name, "runtime": rt_name, "runtime_label": label,
-                                   "error": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"})
+                                   "error": f"{type(e).__name__}: {_first_line(e)}"})
                     say(f"[edgesmith] {variant.name} on {label} failed: {failed[-1]['error']}")
                 bar.update(1)
         bar.close()
         report = {
             "model": opts.model,
+            "kind": kind.describe() | {"options": dataclasses.asdict(kind.options(opts.plan.options))},
             "target": target.describe(),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "seed": opts.seed,
             "threads": threads,
-            "batch_sizes": list(opts.batch_sizes),
+            "batch_sizes": list(batch_sizes),
+            "unit": kind.unit,
             "options": opts.to_dict(),
             "environment": environment(),
             "plan": plan.to_dict(),
             "latency_method": _latency_method(target, opts),
-            "reference": {"runtime": "torch", "evaluation": ref_eval.to_dict(), "size_bytes": ref_art.size_bytes()},
+            "reference": {"runtime": ref_name, "format": ref_art.format, "evaluation": ref_eval.to_dict(),
+                          "size_bytes": ref_art.size_bytes()},
+            "calibration": {"n": int(len(calibration)), "select": opts.calibration_select},
             "ood_reference": None if ood_ref is None else ood_ref.entry,
             "variants": variants,
             "results": results,
@@ -187,6 +253,11 @@ def deploy(opts: DeployOptions) -> Path:
         write_report(report, tmp)
     say(f"[edgesmith] report written to {opts.out}/report.md")
     return opts.out
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else ""
 
 
 def _latency_method(target, opts: DeployOptions) -> str:
@@ -201,70 +272,94 @@ def _artifact_scorer(producer, threads: int):
 
     def score(art: Artifact) -> float:
         rt = get_runtime("onnxruntime", threads=threads).load(art)
-        return producer.evaluate(lambda x: rt.run(x).outputs).value
+        return producer.evaluate(predictor(rt, art)).value
 
     return score
 
 
-def _run_variant(target, producer, art, variant_name, rt_name, label, rt_opts, threads, opts, ref_out, probe, bpw,
-                 ood_ref=None) -> dict:
-    rt = get_runtime(rt_name, threads=threads, **rt_opts).load(art)
-    seen: dict = {}
-    # backends that compile per input shape (TVM) evaluate in chunks of the largest timed batch, padded,
-    # so evaluation reuses the kernels compiled (and tuned) for timing instead of building one more
-    chunk = max(opts.batch_sizes) if rt_name == "tvm" else None
+@dataclass
+class _VariantRun:
+    """Everything a report row needs besides the artifact: the deploy's fixed inputs, gathered once."""
 
-    def predict(x):
-        res = rt.run(x) if chunk is None else _run_chunked(rt, x, chunk)
-        seen.update(inputs=x, outputs=res.outputs, stats=res.stats)
-        return res.outputs
+    target: object
+    producer: object
+    kind: object
+    threads: int
+    opts: DeployOptions
+    batch_sizes: tuple[int, ...]
+    ref_out: np.ndarray
+    probe: np.ndarray
+    ood_ref: object = None
 
-    ev = producer.evaluate(predict)
-    eval_stats = dict(seen["stats"])
-    out = rt.run(probe).outputs
-    row = {
-        "variant": variant_name,
-        "runtime": rt_name,
-        "runtime_label": label,
-        "runtime_options": rt_opts,
-        "evaluation": ev.to_dict(),
-        "size_bytes": art.size_bytes(),
-        "bits_per_weight": bpw,
-        "max_abs_diff": float(np.max(np.abs(out - ref_out))),
-        "latency": {},
-    }
-    if ood_ref is not None:  # OOD scores of this variant vs the fp32 monitor (bench.ood_monitor)
-        row["ood"] = ood_entry(producer, lambda x: (rt.run(x) if chunk is None else _run_chunked(rt, x, chunk)).outputs,
-                                ood_ref, seed=opts.seed)
-    if rt.bit_exact_reference:
-        row["bit_exact_reference"] = _compare_bit_exact(rt, art, seen)
-    n_eval = ev.n_samples
-    activity = None
-    if "synops" in eval_stats:  # activity counts of a neuromorphic run: per-sample averages over the evaluation
-        keys = ("synops", "neuron_updates", "messages", "timesteps")
-        activity = {k: eval_stats[k] / n_eval for k in keys}
-        row["activity"] = activity
-        row["activity_totals"] = {k: eval_stats[k] for k in keys}
-        row["activity_source"] = f"counted from the {rt_name} run's spikes over {n_eval} evaluation samples"
-    work = _workload(art, producer, activity)
-    row["workload"] = work.to_dict()
-    measured_b1 = None
-    for b in opts.batch_sizes:
-        if target.latency_provenance == "measured":
-            iso = measure_isolated(rt_name, art, producer.example_inputs(b), threads=threads, warmup=opts.warmup,
-                                   reps=opts.reps, runtime_options=rt_opts)
-            entry = {"provenance": "measured", **iso.to_dict()}
-            if b == 1:
-                measured_b1 = iso.latency.p50
-        else:
-            est = target.cost_model.estimate(dataclasses.replace(work, batch=b))
-            entry = {"provenance": "estimated", "p50": est.latency_s, "model": est.model,
-                     "breakdown": est.breakdown}
-        row["latency"][str(b)] = entry
-    if measured_b1 is not None:
-        work = dataclasses.replace(work, measured_latency_s=measured_b1)
-    row["energy"] = energy_figure(target, dataclasses.replace(work, batch=1), _rapl_energy(target, rt, producer, opts))
-    return row
+    def row(self, art, variant_name, rt_name, label, rt_opts, bpw) -> dict:
+        producer, opts = self.producer, self.opts
+        rt = get_runtime(rt_name, threads=self.threads, **rt_opts).load(art)
+        seen: dict = {}
+        # backends that compile per input shape (TVM) evaluate in chunks of the largest timed batch, padded,
+        # so evaluation reuses the kernels compiled (and tuned) for timing instead of building one more
+        chunk = max(self.batch_sizes) if rt_name == "tvm" else None
+        predict = predictor(rt, art, chunk, seen)
+        ev = producer.evaluate(predict)
+        eval_stats = dict(seen["stats"])
+        eval_inputs, eval_outputs = seen["inputs"], seen["outputs"]
+        out = predictor(rt, art, chunk)(self.probe)
+        row = {
+            "variant": variant_name,
+            "runtime": rt_name,
+            "runtime_label": label,
+            "runtime_options": rt_opts,
+            "evaluation": ev.to_dict(),
+            "size_bytes": art.size_bytes(),
+            "bits_per_weight": bpw,
+            "max_abs_diff": float(np.max(np.abs(out - self.ref_out))) if out.shape == self.ref_out.shape else None,
+            "latency": {},
+            "speed": {},
+        }
+        if self.ood_ref is not None:  # OOD scores of this variant vs the fp32 monitor (bench.ood_monitor)
+            row["ood"] = ood_entry(producer, predictor(rt, art, chunk), self.ood_ref, seed=opts.seed)
+        if rt.bit_exact_reference:
+            row["bit_exact_reference"] = _compare_bit_exact(rt, art, eval_inputs, eval_outputs, eval_stats)
+        n_eval = ev.n_samples
+        activity = None
+        if "synops" in eval_stats:  # activity counts of a neuromorphic run: per-sample averages over the evaluation
+            keys = ("synops", "neuron_updates", "messages", "timesteps")
+            activity = {k: eval_stats[k] / n_eval for k in keys}
+            row["activity"] = activity
+            row["activity_totals"] = {k: eval_stats[k] for k in keys}
+            row["activity_source"] = f"counted from the {rt_name} run over {n_eval} evaluation samples"
+        work = _workload(art, producer, self.kind, activity)
+        row["workload"] = work.to_dict()
+        measured_b1 = None
+        for b in self.batch_sizes:
+            if self.target.latency_provenance == "measured":
+                iso = measure_isolated(rt_name, art, timing_inputs(art, producer, b), threads=self.threads,
+                                       warmup=opts.warmup, reps=opts.reps, runtime_options=rt_opts)
+                entry = {"provenance": "measured", **iso.to_dict()}
+                if b == 1:
+                    measured_b1 = iso.latency.p50
+            else:
+                est = self.target.cost_model.estimate(dataclasses.replace(work, batch=b))
+                entry = {"provenance": "estimated", "p50": est.latency_s, "model": est.model,
+                         "breakdown": est.breakdown}
+            row["latency"][str(b)] = entry
+            row["speed"][str(b)] = {**self.kind.speed(entry["p50"], b, producer, art).to_dict(),
+                                    "provenance": entry["provenance"]}
+        if measured_b1 is not None:
+            work = dataclasses.replace(work, measured_latency_s=measured_b1)
+        row["energy"] = energy_figure(self.target, dataclasses.replace(work, batch=1), self._rapl_energy(rt, art))
+        row["energy"]["per"] = self.kind.unit
+        return row
+
+    def _rapl_energy(self, rt, art):
+        """Energy per batch-1 call from RAPL counters, where this machine has them and the target is this machine."""
+        reader = RaplReader(os.environ.get("EDGESMITH_POWERCAP", "/sys/class/powercap"))
+        if self.target.latency_provenance != "measured" or not reader.available():
+            return None
+        x = timing_inputs(art, self.producer, 1)
+        reps = self.opts.reps
+        m = reader.measure(lambda: [rt.run(x) for _ in range(reps)])
+        return dataclasses.replace(m, energy_j=m.energy_j / reps, seconds=m.seconds / reps,
+                                   method=f"{m.method}; package energy over {reps} batch-1 calls, averaged")
 
 
 def _run_chunked(rt, x: np.ndarray, chunk: int):
@@ -281,24 +376,13 @@ def _run_chunked(rt, x: np.ndarray, chunk: int):
     return RunResult(np.concatenate(outs), stats)
 
 
-def _compare_bit_exact(rt, art, seen: dict) -> dict:
+def _compare_bit_exact(rt, art, inputs, outputs, stats) -> dict:
     """Re-run the evaluation inputs in the runtime's bit-exact reference model and compare."""
-    ref = get_runtime(rt.bit_exact_reference).load(art).run(seen["inputs"])
+    ref = get_runtime(rt.bit_exact_reference).load(art).run(inputs)
     counts = ("synops", "neuron_updates", "messages")
     return {
         "runtime": rt.bit_exact_reference,
-        "n_samples": int(len(seen["inputs"])),
-        "max_abs_diff": float(np.max(np.abs(ref.outputs - seen["outputs"]))),
-        "activity_equal": all(ref.stats.get(k) == seen["stats"].get(k) for k in counts),
+        "n_samples": int(len(inputs)),
+        "max_abs_diff": float(np.max(np.abs(ref.outputs - outputs))),
+        "activity_equal": all(ref.stats.get(k) == stats.get(k) for k in counts),
     }
-
-
-def _rapl_energy(target, rt, producer, opts: DeployOptions):
-    """Energy per batch-1 call from RAPL counters, where this machine has them and the target is this machine."""
-    reader = RaplReader(os.environ.get("EDGESMITH_POWERCAP", "/sys/class/powercap"))
-    if target.latency_provenance != "measured" or not reader.available():
-        return None
-    x = producer.example_inputs(1)
-    m = reader.measure(lambda: [rt.run(x) for _ in range(opts.reps)])
-    return dataclasses.replace(m, energy_j=m.energy_j / opts.reps, seconds=m.seconds / opts.reps,
-                               method=f"{m.method}; package energy over {opts.reps} batch-1 calls, averaged")

@@ -23,7 +23,7 @@ import numpy as np
 from edgesmith.bench.memory import MemoryStats, artifact_size_bytes, current_rss_bytes, peak_rss_bytes
 from edgesmith.compress.base import Artifact
 from edgesmith.common import EdgesmithError, write_json
-from edgesmith.runtimes.base import Runtime, get_runtime
+from edgesmith.runtimes.base import Runtime, as_input, get_runtime
 
 METHOD_IN_PROCESS = "perf_counter_ns around run(), in-process"
 METHOD_ISOLATED = "perf_counter_ns around run(), fresh process (python -m edgesmith.bench.worker)"
@@ -103,12 +103,20 @@ def _check_counts(warmup: int, reps: int, min_time_s: float) -> None:
                              "pass 0 to time exactly reps calls.")
 
 
-def _as_inputs(inputs) -> np.ndarray:
-    x = np.ascontiguousarray(inputs, dtype=np.float32)
-    if x.ndim == 0 or x.shape[0] == 0:
-        raise EdgesmithError(f"inputs have shape {x.shape}; latency needs a batch of at least one sample.",
-                             "pass an array shaped (batch, ...) with batch >= 1.")
-    return x
+def _as_inputs(inputs):
+    """Inputs in the form a runtime computes with (float64 -> float32, other dtypes kept), one array or a
+    dict of named arrays (several inputs, or a step graph's input and state), batch first."""
+    named = dict(inputs) if isinstance(inputs, dict) else None
+    arrays = {k: as_input(v) for k, v in named.items()} if named is not None else {"": as_input(inputs)}
+    for name, x in arrays.items():
+        if x.ndim == 0 or x.shape[0] == 0:
+            raise EdgesmithError(f"inputs{' ' + repr(name) if name else ''} have shape {x.shape}; latency needs a "
+                                 "batch of at least one sample.", "pass an array shaped (batch, ...) with batch >= 1.")
+    return arrays if named is not None else arrays[""]
+
+
+def _batch_of(x) -> int:
+    return int(next(iter(x.values())).shape[0]) if isinstance(x, dict) else int(x.shape[0])
 
 
 def measure_latency(runtime: Runtime, inputs, *, warmup: int = 20, reps: int = 200, min_time_s: float = 0.0,
@@ -117,7 +125,7 @@ def measure_latency(runtime: Runtime, inputs, *, warmup: int = 20, reps: int = 2
 
     ``warmup`` untimed calls come first (first calls pay for allocation, kernel selection, caches).
     Then at least ``reps`` calls are timed, and more until their total reaches ``min_time_s``. Inputs
-    are converted to contiguous float32 once, so the timed calls do not include a conversion.
+    are converted once (contiguous, float32 for floats), so the timed calls do not include a conversion.
     """
     _check_counts(warmup, reps, min_time_s)
     if not hasattr(runtime, "artifact_"):
@@ -136,7 +144,7 @@ def measure_latency(runtime: Runtime, inputs, *, warmup: int = 20, reps: int = 2
         samples_ns.append(dt)
         spent_ns += dt
     return LatencyStats.from_samples(np.asarray(samples_ns, dtype=np.float64) * 1e-9, warmup=int(warmup),
-                                     threads=runtime.threads, batch=int(x.shape[0]), runtime=runtime.name,
+                                     threads=runtime.threads, batch=_batch_of(x), runtime=runtime.name,
                                      method=method or METHOD_IN_PROCESS)
 
 
@@ -269,13 +277,22 @@ def measure_isolated(runtime_name: str, artifact: Artifact, inputs, *, threads: 
                 return _measure_here(runtime_name, artifact, x, threads=threads, warmup=warmup, reps=reps,
                                      min_time_s=min_time_s, runtime_options=opts, why=why)
             spec_artifact["path"] = str(program)
+        elif artifact.path is None:  # another in-memory model (a tree ensemble): its own save/load, by class
+            module = artifact.module
+            if not (callable(getattr(module, "save", None)) and callable(getattr(type(module), "load", None))):
+                raise EdgesmithError(f"{artifact.describe()} cannot be sent to a measurement process.",
+                                     "give the model class save(path) and a classmethod load(path).")
+            saved = workdir / "module.npz"
+            module.save(saved)
+            spec_artifact["path"] = str(saved)
+            spec_artifact["loader"] = f"{type(module).__module__}:{type(module).__qualname__}"
         else:
             spec_artifact["path"] = str(Path(artifact.path).resolve())
         method = METHOD_ISOLATED + (", torch.export program" if artifact.format == "torch" else "")
         write_json(workdir / "spec.json", {"runtime": runtime_name, "threads": threads, "runtime_options": opts,
                                            "warmup": int(warmup), "reps": int(reps), "min_time_s": float(min_time_s),
                                            "method": method, "artifact": spec_artifact})
-        np.save(workdir / "inputs.npy", x)
+        np.savez(workdir / "inputs.npz", **(x if isinstance(x, dict) else {"": x}))
         _run_worker(workdir, threads, timeout_s, what)
         result = json.loads((workdir / "result.json").read_text())
         outputs = np.load(workdir / "outputs.npy")

@@ -44,40 +44,45 @@ def render_markdown(report: dict) -> str:
     """The human-readable page of a deploy report."""
     ref = report["reference"]
     metric = ref["evaluation"]["metric"]
+    unit = report.get("unit", "sample")
+    kind = report.get("kind", {}).get("name", "tensor")
+    batches = report["batch_sizes"]
     lines = [
-        f"# edgesmith deploy: {report['model']} on {report['target']['name']}",
+        f"# edgesmith deploy: {report['model']} ({kind}) on {report['target']['name']}",
         "",
         f"- date: {report['date']}; edgesmith {report['environment'].get('edgesmith', '?')}; "
         f"seed {report['seed']}",
         f"- machine: {report['environment'].get('cpu', '?')}, {report['environment'].get('cpu_count', '?')} cores; "
         f"threads used: {report['threads']}",
-        f"- reference: torch fp32, {metric} = {ref['evaluation']['value']:.4f} on {ref['evaluation']['n_samples']} held-out samples",
+        f"- reference: {ref.get('runtime', 'torch')} ({ref.get('format', 'torch')}), {metric} = "
+        f"{ref['evaluation']['value']:.4f} on {ref['evaluation']['n_samples']} held-out samples",
         f"- latency: **{report['plan']['latency_provenance']}**"
         + (" (" + report["latency_method"] + ")" if report.get("latency_method") else ""),
-        "- energy: see the provenance column; coefficients and sources are listed at the end of this page",
+        f"- speed: the {kind} kind's figure per timed call; energy per {unit}: see the provenance column; "
+        "coefficients and sources are listed at the end of this page",
         "",
         "## Results",
         "",
-        f"| variant | runtime | {metric} | Δ vs fp32 | size on disk | bits/weight | max abs diff vs torch | "
-        + " | ".join(f"p50 b={b}" for b in report["batch_sizes"])
-        + " | energy / sample | energy provenance |",
-        "|" + "---|" * (9 + len(report["batch_sizes"])),
+        f"| variant | runtime | {metric} | Δ vs reference | size on disk | bits/weight | max abs diff vs reference | "
+        + " | ".join(f"p50 b={b}" for b in batches) + " | " + " | ".join(f"speed b={b}" for b in batches)
+        + f" | energy / {unit} | energy provenance |",
+        "|" + "---|" * (9 + 2 * len(batches)),
     ]
     for r in report["results"]:
         lat = r.get("latency", {})
-        lat_cells = []
-        for b in report["batch_sizes"]:
+        lat_cells, speed_cells = [], []
+        for b in batches:
             entry = lat.get(str(b))
-            lat_cells.append(
-                "-" if entry is None else f"{_fmt_s(entry['p50'])} ({entry['provenance'][:4]})"
-            )
+            lat_cells.append("-" if entry is None else f"{_fmt_s(entry['p50'])} ({entry['provenance'][:4]})")
+            sp = r.get("speed", {}).get(str(b))
+            speed_cells.append("-" if sp is None else f"{sp['value']:.4g} {sp['unit']}")
         e = r.get("energy") or {}
         lines.append(
             f"| {r['variant']} | {r['runtime_label']} | {r['evaluation']['value']:.4f} | "
             f"{r['evaluation']['value'] - ref['evaluation']['value']:+.4f} | {_fmt_bytes(r['size_bytes'])} | "
             f"{'-' if r.get('bits_per_weight') is None else format(r['bits_per_weight'], '.2f')} | "
             f"{'-' if r.get('max_abs_diff') is None else format(r['max_abs_diff'], '.3g')} | "
-            + " | ".join(lat_cells)
+            + " | ".join(lat_cells) + " | " + " | ".join(speed_cells)
             + f" | {_fmt_j(e.get('energy_j_per_sample'))} | {e.get('provenance', '-')}"
             + (f": {e['method']}" if e.get("method") else "")
             + " |"
@@ -109,7 +114,7 @@ def render_markdown(report: dict) -> str:
                          f"{e['max_abs_diff']:g} | {'yes' if e['activity_equal'] else 'NO'} |")
     extra = [r for r in report["results"] if r.get("activity")]
     if extra:
-        lines += ["", "## Neuromorphic activity (from the simulator's spikes, per sample)", "",
+        lines += ["", f"## Neuromorphic activity (from the simulator's spikes, per {report.get('unit', 'sample')})", "",
                   "| variant | runtime | synaptic ops | neuron updates | messages | time steps |", "|---|---|---|---|---|---|"]
         for r in extra:
             a = r["activity"]
@@ -195,7 +200,8 @@ def plot_report(report: dict, folder: Path) -> list[str]:
     # metric vs size on disk
     fig, ax = plt.subplots(figsize=(6, 4))
     ref = report["reference"]
-    ax.scatter([ref["size_bytes"] / 1024], [ref["evaluation"]["value"]], marker="*", s=150, c="k", label="torch fp32")
+    ax.scatter([ref["size_bytes"] / 1024], [ref["evaluation"]["value"]], marker="*", s=150, c="k",
+               label=f"reference ({ref.get('runtime', 'torch')})")
     for r in report["results"]:
         ax.scatter([r["size_bytes"] / 1024], [r["evaluation"]["value"]], label=f"{r['variant']} / {r['runtime_label']}")
     ax.set_xlabel("size on disk (KiB)")

@@ -2,7 +2,8 @@
 
     python -m edgesmith.bench.worker WORKDIR
 
-WORKDIR holds ``spec.json`` (runtime, threads, counts, artifact) and ``inputs.npy``. The worker
+WORKDIR holds ``spec.json`` (runtime, threads, counts, artifact) and ``inputs.npz`` (one array under
+the name "", or one per input name). The worker
 writes ``result.json`` (latency samples and memory) and ``outputs.npy``; a user error is written to
 ``error.json`` so the parent can raise it unchanged. One process per artifact keeps its timing free
 of what other measurements left behind and makes its peak RSS its own.
@@ -46,12 +47,17 @@ def _load_artifact(spec: dict):
 
         module = _ExportedModule(torch.export.load(spec["path"]).module())
         return Artifact("torch", module=module, meta=spec.get("meta", {}))
+    if spec.get("loader"):  # an in-memory model saved by its own class (e.g. a tree ensemble)
+        module_name, _, cls_name = spec["loader"].partition(":")
+        cls = getattr(importlib.import_module(module_name), cls_name)
+        return Artifact(spec["format"], module=cls.load(spec["path"]), meta=spec.get("meta", {}))
     return Artifact(spec["format"], path=Path(spec["path"]), meta=spec.get("meta", {}))
 
 
 def measure(workdir: Path) -> None:
     spec = json.loads((workdir / "spec.json").read_text())
-    x = np.load(workdir / "inputs.npy")
+    with np.load(workdir / "inputs.npz", allow_pickle=False) as z:
+        x = z[""] if z.files == [""] else {k: z[k] for k in z.files}
     library = _BACKEND_LIBRARIES.get(spec["runtime"])
 
     from edgesmith.bench.latency import measure_latency

@@ -27,6 +27,8 @@ PASS_MODULES = (
     "edgesmith.compress.export_trees",  # export-tree-onnx, export-tree-c
     "edgesmith.compress.rwkvquant.rwkvquant",  # rwkv-rtn, rwkv-gptq, rwkv-gptvq, rwkvquant
     "edgesmith.compress.lrnn.fixed",  # export-lrnn-fixed
+    "edgesmith.compress.lrnn.train_passes",  # prune-lrnn, qat-lrnn
+    "edgesmith.compress.export_step",  # export-step-onnx
 )
 
 __all__ = [

@@ -193,7 +193,8 @@ class PassContext:
     """What a handler may use besides the artifact: calibration data, a work folder, a seed.
 
     ``evaluate`` (optional) scores an artifact with the producer's metric; passes use it for the
-    per-layer sensitivity table. ``example_input`` fixes the exported input shape.
+    per-layer sensitivity table. ``example_input`` fixes the exported input shape. ``train_data``
+    (optional) is what training passes fine-tune on (``Producer.training_data``).
     """
 
     workdir: Path
@@ -203,6 +204,7 @@ class PassContext:
     evaluate: Callable[[Artifact], float] | None = None
     sensitivity: bool = False
     progress: bool = True
+    train_data: Any = None
 
     def calibration_checked(self, what: str = "calibration data") -> np.ndarray:
         if self.calibration is None:

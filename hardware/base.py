@@ -126,15 +126,31 @@ class Plan:
 
 @dataclass
 class PlanOptions:
-    """User choices that shape a plan (from CLI flags or a recipe)."""
+    """User choices that shape a plan (from CLI flags or a recipe).
 
-    calibration: str = "minmax"  # int8 activation calibration: minmax | percentile
-    percentile: float = 99.99
-    int4_block_size: int = 32
-    prune_sparsity: float = 0.0  # 0 disables the pruned variant
+    ``options`` are the model kind's own options (``--option KEY=VALUE``, a recipe's ``[options]``),
+    checked against the kind's options dataclass when the plan is made (``models.kinds``).
+    """
+
     tvm: bool = True
-    tvm_tune_trials: int = 0  # 0: untuned only
+    tvm_tune_trials: int = 0  # 0: no fresh tuning (shipped or cached tuning records still apply)
     variants: tuple[str, ...] = ()  # empty: all the target offers
+    options: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.variants = tuple(self.variants)
+        if not isinstance(self.tvm, bool):
+            raise EdgesmithError(f"plan option tvm is {self.tvm!r}.", "use true or false.")
+        n = self.tvm_tune_trials
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise EdgesmithError(f"tvm_tune_trials is {n!r}.", "use a whole number >= 0 (0: no fresh tuning).")
+        if any(not isinstance(v, str) for v in self.variants):
+            raise EdgesmithError(f"variants {list(self.variants)!r} are not all names.", "list variant names, e.g. fp32.")
+        if not isinstance(self.options, dict):
+            raise EdgesmithError(f"options is {self.options!r}, not a table.", "give KEY=VALUE options.")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 class Target(ABC):
@@ -148,15 +164,33 @@ class Target(ABC):
     runtime: ClassVar[str]  # the runtime that runs the deployed artifact
     export_format: ClassVar[str]
     latency_provenance: ClassVar[str]  # "measured" here, or "estimated" (no device on this machine)
+    # model kinds this target plans for: each has a method plan_<kind, dashes as underscores>
+    kinds: ClassVar[tuple[str, ...]] = ("tensor",)
+    # kinds it refuses, each with the reason shown to the user
+    refused_kinds: ClassVar[dict[str, str]] = {}
 
     @property
     @abstractmethod
     def cost_model(self) -> CostModel:
         ...
 
-    @abstractmethod
     def plan(self, producer, options: PlanOptions) -> Plan:
-        """The variants to build for ``producer`` and the runtimes that run each."""
+        """The variants to build for ``producer`` and the runtimes that run each (by the producer's kind)."""
+        from edgesmith.models.kinds import get_kind
+
+        kind = get_kind(producer.kind)
+        self.check_kind(kind.name, producer.name)
+        kind_options = kind.options(options.options)
+        return getattr(self, "plan_" + kind.name.replace("-", "_"))(producer, options, kind_options)
+
+    def check_kind(self, kind: str, what: str = "this model") -> None:
+        """Refuse a model kind this target has no plan for, with the reason and the targets that have one."""
+        if kind in self.kinds:
+            return
+        others = [n for n in target_names() if kind in _TARGETS[n].kinds]
+        why = self.refused_kinds.get(kind, f"it has no plan for {kind} models")
+        raise EdgesmithError(f"{self.name} cannot run {what}, a {kind} model: {why}.",
+                             f"deploy it to {' or '.join(others)}." if others else "no target runs this kind yet.")
 
     def check_fits(self, size_bytes: int, what: str) -> None:
         if size_bytes > self.memory_budget_bytes:
@@ -176,6 +210,8 @@ class Target(ABC):
             "runtime": self.runtime,
             "export_format": self.export_format,
             "latency_provenance": self.latency_provenance,
+            "kinds": list(self.kinds),
+            "refused_kinds": dict(self.refused_kinds),
             "cost_model": self.cost_model.name,
             "coefficients": [c.to_dict() for c in self.cost_model.coefficients.values()],
         }

@@ -98,7 +98,7 @@ class HostCpuCostModel(CostModel):
     def mac_pj(self, precision: str) -> tuple[float, list[str]]:
         if precision == "fp32":
             keys = ["fp32_mult_pj", "fp32_add_pj"]
-        elif precision in ("int8", "int4"):
+        elif precision in ("int8", "int4", "fixed"):  # fixed point: 8-bit weights x 16-bit activations
             keys = ["int8_mult_pj", "int32_add_pj"]
         else:
             raise EdgesmithError(f"host-cpu has no energy model for precision {precision!r}.",
@@ -110,14 +110,17 @@ class HostCpuCostModel(CostModel):
         per_cycle = self.c("fp32_macs_per_cycle") if work.precision == "fp32" else self.c("int8_macs_per_cycle")
         peak_macs = self.cores * self.c("base_clock_ghz") * 1e9 * per_cycle
         bw = self.c("dram_bandwidth_gbs") * 1e9 * self.cores / self.c("cores_per_package")
-        t_compute = work.macs * work.batch / peak_macs
+        t_compute = (work.macs + work.synops + work.neuron_updates) * work.batch / peak_macs
         t_memory = (work.weight_bytes + work.activation_bytes * work.batch) / bw
         return max(t_compute, t_memory), {"roofline_compute_s": t_compute, "roofline_memory_s": t_memory,
                                           "bound": "compute" if t_compute >= t_memory else "memory"}
 
     def estimate(self, work: Workload) -> Estimate:
         mac_pj, mac_keys = self.mac_pj(work.precision)
-        compute_j = work.macs * work.batch * mac_pj * 1e-12
+        # a fixed-point network run on the CPU (a simulator's bit-exact twin) counts synaptic ops and neuron
+        # updates: each is one integer multiply-add here
+        ops = work.macs + work.synops + work.neuron_updates
+        compute_j = ops * work.batch * mac_pj * 1e-12
         weight_j = work.weight_bytes / 8 * self.c("dram_read_64b_pj") * 1e-12
         act_j = work.activation_bytes * work.batch / 8 * self.c("sram_read_64b_pj") * 1e-12
         roof_s, roof = self.roofline_s(work)
@@ -193,6 +196,7 @@ class HostCpu(Target):
     runtime = "onnxruntime"
     export_format = "onnx"
     latency_provenance = "measured"
+    kinds = ("tensor", "token-lm", "stream", "tree-policy")
 
     def __init__(self, cores: int | None = None):
         self._cost_model = HostCpuCostModel(cores)
@@ -207,7 +211,7 @@ class HostCpu(Target):
         d["runtimes"] = ["onnxruntime", "tvm"]
         return d
 
-    def plan(self, producer, options: PlanOptions) -> Plan:
+    def plan_tensor(self, producer, options: PlanOptions, kopts) -> Plan:
         from edgesmith.compress.export_onnx import ExportOnnxConfig
         from edgesmith.compress.prune import MagnitudePruneConfig
         from edgesmith.compress.quant_int4 import Int4WeightOnlyConfig
@@ -217,11 +221,11 @@ class HostCpu(Target):
         skip = producer.unsupported_runtimes() if hasattr(producer, "unsupported_runtimes") else {}
         skip = {name: why for name, why in skip.items() if name != self.runtime}
         both = ["onnxruntime", "tvm"] if options.tvm and "tvm" not in skip else ["onnxruntime"]
-        int8 = lambda: Int8QdqConfig(calibration=options.calibration, percentile=options.percentile)  # noqa: E731
+        int8 = lambda: Int8QdqConfig(calibration=kopts.calibration, percentile=kopts.percentile)  # noqa: E731
         variants = [
             Variant("fp32", [ExportOnnxConfig()], list(both), "fp32 ONNX export"),
             Variant("int8", [ExportOnnxConfig(), int8()], list(both), "int8 QDQ static quantization"),
-            Variant("int4", [ExportOnnxConfig(), Int4WeightOnlyConfig(block_size=options.int4_block_size)],
+            Variant("int4", [ExportOnnxConfig(), Int4WeightOnlyConfig(block_size=kopts.int4_block_size)],
                     ["onnxruntime"], "4-bit weight-only MatMulNBits (TVM cannot run MatMulNBits)"),
         ]
         unavailable = {}
@@ -229,12 +233,12 @@ class HostCpu(Target):
         for name, why in hints.items():
             unavailable[name] = f"{getattr(producer, 'name', 'this model')} has no {name} variant: {why}"
         variants = [v for v in variants if v.name not in hints]
-        if options.prune_sparsity > 0:
+        if kopts.prune_sparsity > 0:
             variants.append(Variant(
-                "pruned", [MagnitudePruneConfig(sparsity=options.prune_sparsity), ExportOnnxConfig(), int8()],
-                list(both), f"magnitude-pruned to {options.prune_sparsity:.0%} sparsity, then int8 QDQ"))
+                "pruned", [MagnitudePruneConfig(sparsity=kopts.prune_sparsity), ExportOnnxConfig(), int8()],
+                list(both), f"magnitude-pruned to {kopts.prune_sparsity:.0%} sparsity, then int8 QDQ"))
         else:
-            unavailable["pruned"] = "set a prune sparsity above 0 (e.g. --prune-sparsity 0.5)."
+            unavailable["pruned"] = "set a prune sparsity above 0 (e.g. --option prune_sparsity=0.5)."
         notes = ["latency and memory are measured on this machine; energy is measured with RAPL where the "
                  "powercap interface exists, otherwise estimated by the host-cpu cost model"]
         if not options.tvm:
@@ -243,3 +247,52 @@ class HostCpu(Target):
         notes += [f"runtime {name} left out for this model: {why}" for name, why in skip.items()]
         return Plan(self.name, select_variants(self.name, variants, options.variants, unavailable),
                     self.latency_provenance, notes)
+
+    def plan_token_lm(self, producer, options: PlanOptions, kopts) -> Plan:
+        """fp32 and every quantizer x bits, each exported as a step graph (state in, state out) run in
+        onnxruntime: perplexity by feeding the held-out windows token by token, decode speed per step."""
+        from edgesmith.compress import config_from_dict
+        from edgesmith.compress.export_step import ExportStepOnnxConfig
+
+        module_fits(self, producer)
+        variants = [Variant("fp32", [ExportStepOnnxConfig()], ["onnxruntime"], "fp32 step graph")]
+        for method in kopts.methods:
+            for bits in kopts.bits:
+                q = config_from_dict({"kind": method, "bits": bits, "group_size": kopts.group_size})
+                variants.append(Variant(f"{method.removeprefix('rwkv-')}-{bits}bit", [q, ExportStepOnnxConfig()],
+                                        ["onnxruntime"], f"{method} {bits}-bit weights, step graph "
+                                        "(4-bit SQ layers as MatMulNBits, VQ layers as Gather-dequantize)"))
+        notes = ["perplexity is scored on the step graph itself, fed one token at a time with its state carried",
+                 "decode speed: one step (one new token per sequence) timed in a fresh process; tokens/s = "
+                 "batch / p50"]
+        return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance, notes)
+
+    def plan_stream(self, producer, options: PlanOptions, kopts) -> Plan:
+        """Dense float, pruned float and the pruned w8a16 fixed-point network (Numba, bit-exact with Lava)."""
+        from edgesmith.compress.lrnn.fixed import ExportLrnnFixedConfig
+        from edgesmith.compress.lrnn.train_passes import PruneLrnnConfig, QatLrnnConfig
+
+        module_fits(self, producer)
+        prune = PruneLrnnConfig(sparsity=kopts.sparsity, epochs=kopts.prune_epochs, end=kopts.prune_end)
+        variants = [
+            Variant("dense", [], ["torch"], "the float model as trained (torch eager)"),
+            Variant("sparse", [prune], ["torch"], f"{kopts.sparsity:.0%} unstructured sparsity, float"),
+            Variant("sparse-fixed", [prune, QatLrnnConfig(epochs=kopts.qat_epochs),
+                                     ExportLrnnFixedConfig()], ["lrnn-ref"],
+                    "pruned, quantization-aware fine-tuned, w8a16 fixed point (Numba; the Lava network's twin)"),
+        ]
+        notes = ["real-time factor = processing time / duration of the audio processed (below 1 keeps up)"]
+        return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance, notes)
+
+    def plan_tree_policy(self, producer, options: PlanOptions, kopts) -> Plan:
+        """The Numba engine itself, its ONNX TreeEnsemble export in onnxruntime and its C export as a .so."""
+        from edgesmith.compress.export_trees import ExportTreeCConfig, ExportTreeOnnxConfig
+
+        variants = [
+            Variant("trees", [], ["trees"], "the Numba tree engine (native form)"),
+            Variant("onnx", [ExportTreeOnnxConfig()], ["onnxruntime"], "ONNX TreeEnsemble (ai.onnx.ml)"),
+            Variant("c", [ExportTreeCConfig(leaves=kopts.c_leaves)], ["c"],
+                    f"C source, {kopts.c_leaves} leaves, compiled with gcc into a shared library"),
+        ]
+        return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance,
+                    ["every row is timed in a fresh process; the c row calls the compiled .so through ctypes"])

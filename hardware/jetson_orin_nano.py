@@ -56,17 +56,20 @@ class JetsonOrinNanoCostModel(CostModel):
         if work.precision not in key:
             raise EdgesmithError(f"jetson-orin-nano has no {work.precision!r} arithmetic in this model.",
                                  "use an fp32, fp16 or int8 variant for the Jetson.")
+        # a streaming workload runs its timesteps one after another: each step launches every layer and
+        # reads the weights again; MACs and activations are totals over the steps
+        steps = max(int(work.timesteps), 1)
         t_compute = work.macs * work.batch / self.c(key[work.precision])
-        bytes_moved = work.weight_bytes + work.activation_bytes * work.batch
+        bytes_moved = steps * work.weight_bytes + work.activation_bytes * work.batch
         t_memory = bytes_moved / self.c("dram_bandwidth_bps")
-        t_launch = work.n_layers * self.c("kernel_launch_s")
-        latency = t_launch + max(t_compute, t_memory)
+        t_launch = steps * work.n_layers * self.c("kernel_launch_s")
+        latency = t_launch + steps * max(t_compute / steps, t_memory / steps)
         energy = self.c("module_power_w") * latency
         breakdown = {
             "latency_provenance": "estimated (roofline + per-layer launch overhead; no Jetson here)",
             "compute_s": t_compute, "memory_s": t_memory, "launch_s": t_launch,
             "bound": "compute" if t_compute >= t_memory else "memory", "bytes_moved": bytes_moved,
-            "batch": work.batch, "energy_per_sample_j": energy / max(work.batch, 1),
+            "batch": work.batch, "timesteps": steps, "energy_per_sample_j": energy / max(work.batch, 1),
             "energy_method": "module power mode x latency",
         }
         return Estimate(energy_j=energy, latency_s=latency, breakdown=breakdown, model=self.name,
@@ -85,6 +88,9 @@ class JetsonOrinNano(Target):
     runtime = "onnxruntime"
     export_format = "onnx"
     latency_provenance = "estimated"
+    kinds = ("tensor", "token-lm", "stream")
+    refused_kinds = {"tree-policy": "no tree-ensemble kernel for its GPU is modelled here (the ONNX TreeEnsemble "
+                                    "operator would run on its ARM CPU, which this cost model does not describe)"}
 
     def __init__(self):
         self._cost_model = JetsonOrinNanoCostModel()
@@ -93,18 +99,37 @@ class JetsonOrinNano(Target):
     def cost_model(self) -> CostModel:
         return self._cost_model
 
-    def plan(self, producer, options: PlanOptions) -> Plan:
+    def plan_tensor(self, producer, options: PlanOptions, kopts) -> Plan:
         from edgesmith.compress.export_onnx import ExportOnnxConfig
         from edgesmith.compress.quant_int8 import Int8QdqConfig
 
         module_fits(self, producer)
         variants = [
             Variant("fp32", [ExportOnnxConfig()], ["onnxruntime"], "fp32 ONNX export (CUDA cores on the Jetson)"),
-            Variant("int8", [ExportOnnxConfig(), Int8QdqConfig(calibration=options.calibration,
-                                                               percentile=options.percentile)],
+            Variant("int8", [ExportOnnxConfig(), Int8QdqConfig(calibration=kopts.calibration,
+                                                               percentile=kopts.percentile)],
                     ["onnxruntime"], "int8 QDQ (tensor cores on the Jetson)"),
         ]
-        notes = ["onnxruntime on this machine is a numerical proxy for the Jetson's outputs only",
-                 "latency and energy come from the jetson-orin-nano cost model (estimated)"]
         return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance,
-                    notes)
+                    PROXY_NOTES)
+
+    def plan_token_lm(self, producer, options: PlanOptions, kopts) -> Plan:
+        from edgesmith.compress.export_step import ExportStepOnnxConfig
+
+        module_fits(self, producer)
+        variants = [Variant("fp32", [ExportStepOnnxConfig()], ["onnxruntime"],
+                            "fp32 step graph (state in, state out), one token per step on the CUDA cores")]
+        return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance,
+                    PROXY_NOTES + ["per-token latency: one step graph call (its MACs and weight bytes) per token"])
+
+    def plan_stream(self, producer, options: PlanOptions, kopts) -> Plan:
+        module_fits(self, producer)
+        variants = [Variant("dense", [], ["torch"], "the dense float model, frame by frame (batch 1)")]
+        return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance,
+                    ["torch on this machine is a numerical proxy for the Jetson's outputs only",
+                     "latency and energy come from the jetson-orin-nano cost model, one kernel launch per layer "
+                     "and frame (the model runs token by token, as a streaming denoiser must)"])
+
+
+PROXY_NOTES = ["onnxruntime on this machine is a numerical proxy for the Jetson's outputs only",
+               "latency and energy come from the jetson-orin-nano cost model (estimated)"]

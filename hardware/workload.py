@@ -212,7 +212,8 @@ def workload_from_module(module, input_shape) -> Workload:
     """Count MACs of a torch module by one forward pass on a zero sample of ``input_shape``.
 
     ``input_shape`` excludes the batch axis. Linear and Conv layers (and the export's MatMulLinear)
-    carry MACs; every leaf module's output counts as activation bytes; weight bytes are the
+    carry MACs (a module whose forward uses its weights directly says its own with
+    ``workload_counts(input_shape) -> {"macs", "n_layers"}``); every leaf module's output counts as activation bytes; weight bytes are the
     module's parameter and buffer bytes as stored.
     """
     import torch
@@ -259,6 +260,13 @@ def workload_from_module(module, input_shape) -> Workload:
         module.train(was_training)
     weight_bytes = sum(t.numel() * t.element_size() for t in module.state_dict().values())
     precision = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(dtype, "fp32")
+    if callable(getattr(module, "workload_counts", None)):
+        # a module that calls its weights directly (no Linear submodule runs) counts its own work
+        own = module.workload_counts(shape)
+        return Workload(macs=float(own["macs"]), weight_bytes=float(weight_bytes),
+                        activation_bytes=float(counts["act"] + x.numel() * x.element_size()), precision=precision,
+                        n_layers=int(own["n_layers"]), batch=1,
+                        source=f"{type(module).__name__}.workload_counts (the module's own MAC and layer count)")
     return Workload(macs=float(counts["macs"]), weight_bytes=float(weight_bytes),
                     activation_bytes=float(counts["act"] + x.numel() * x.element_size()),
                     precision=precision, n_layers=int(counts["layers"]), batch=1,

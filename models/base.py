@@ -57,6 +57,10 @@ class Producer(ABC):
     name: ClassVar[str]
     description: ClassVar[str] = ""
     metric: ClassVar[Metric]
+    kind: ClassVar[str] = "tensor"  # the model kind (models.kinds): tensor, token-lm, stream, tree-policy
+    native_format: ClassVar[str] = "torch"  # the artifact format ``module`` is in (torch, or trees for GBRL)
+    # keyword arguments that make the seconds-long version of this producer (contract tests, smoke runs)
+    tiny_options: ClassVar[dict] = {}
 
     def __init__(self, seed: int = 0):
         self.seed = seed
@@ -91,6 +95,11 @@ class Producer(ABC):
     @abstractmethod
     def evaluate(self, predict: PredictFn) -> Evaluation:
         """Score a prediction function (batch of inputs -> batch of outputs) on held-out data."""
+
+    def training_data(self):
+        """What training passes (pruning, QAT) fine-tune on, in the form those passes document, or None
+        when this producer offers none (those passes then refuse with a clear message)."""
+        return None
 
     # --- deployment hints (read by targets and by ``bench.deploy``) ---------------------------------
     def unsupported_formats(self) -> dict[str, str]:

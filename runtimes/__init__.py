@@ -17,4 +17,15 @@ RUNTIME_MODULES = {
     "lava-lrnn": "edgesmith.runtimes.lava_lrnn_rt",
 }
 
-__all__ = ["RunResult", "Runtime", "get_runtime", "register_runtime", "runtime_names"]
+# the runtime that runs a model in its native format: the reference every variant is compared with
+REFERENCE_RUNTIMES = {"torch": "torch", "trees": "trees", "onnx": "onnxruntime", "c": "c"}
+
+
+def runtime_for(artifact) -> str:
+    """The runtime that runs ``artifact`` on this machine without a simulator: its format's reference, and
+    for Lava files their bit-exact NumPy/Numba twin (the network type is in the artifact's meta)."""
+    if artifact.format == "lava":
+        return "lrnn-ref" if artifact.meta.get("network") == "edgesmith-lrnn-fixed" else "sigma-delta-ref"
+    return REFERENCE_RUNTIMES[artifact.format]
+
+__all__ = ["REFERENCE_RUNTIMES", "runtime_for", "RunResult", "Runtime", "get_runtime", "register_runtime", "runtime_names"]

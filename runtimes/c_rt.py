@@ -39,6 +39,7 @@ def compile_shared(source_path, flags: tuple[str, ...] = CFLAGS):
 @register_runtime
 class CRuntime(Runtime):
     name = "c"
+    contract_fixture = "tree-c"
     formats = ("c",)
     description = "exported C source compiled with gcc -O2 -shared -fPIC, called via ctypes (one thread)"
 

@@ -53,6 +53,7 @@ class LavaLrnnRuntime(Runtime):
     """Feature clips (clips, frames, 257) -> masks, one Lava run per clip; ``timeout_s`` bounds each run."""
 
     name = "lava-lrnn"
+    contract_fixture = "lrnn-fixed"
     formats = ("lava",)
     description = "Lava 0.10 Loihi2SimCfg(fixed_pt): S5 denoiser with a custom complex-recurrence process model"
     bit_exact_reference = "lrnn-ref"

@@ -69,6 +69,7 @@ class LavaRuntime(Runtime):
     """Options: ``timeout_s`` (default 600) bounds one simulation; ``threads`` is not used."""
 
     name = "lava"
+    contract_fixture = "sigma-delta"
     formats = ("lava",)
     description = "Lava 0.10 Loihi2SimCfg(select_tag='fixed_pt'), Sigma-Delta network, out of process"
     bit_exact_reference = "sigma-delta-ref"

@@ -196,6 +196,7 @@ class LrnnReference(Runtime):
     """Feature clips (clips, frames, 257) float -> masks (clips, frames, 257), through the integer network."""
 
     name = "lrnn-ref"
+    contract_fixture = "lrnn-fixed"
     formats = ("lava",)
     description = "bit-exact Numba model of the fixed-point S5 denoiser (the lava-lrnn reference)"
 

@@ -16,6 +16,7 @@ from edgesmith.runtimes.sigma_delta_ref import SigmaDeltaNet, run_float
 @register_runtime
 class SigmaDeltaReference(Runtime):
     name = "sigma-delta-ref"
+    contract_fixture = "sigma-delta"
     formats = ("lava",)
     description = "bit-exact NumPy model of the fixed-point Sigma-Delta network (Lava's reference)"
 

@@ -11,6 +11,7 @@ from edgesmith.runtimes.base import Runtime, register_runtime
 @register_runtime
 class TorchEager(Runtime):
     name = "torch"
+    contract_fixture = "mlp-torch"
     formats = ("torch",)
     description = "PyTorch eager mode on the CPU (fp32 reference)"
 
@@ -23,7 +24,10 @@ class TorchEager(Runtime):
             torch.set_num_threads(int(self.threads))
         try:
             with torch.inference_mode():
-                out = self.module_(torch.from_numpy(x)).numpy()
+                out = self.module_(torch.from_numpy(x))
+            if isinstance(out, (tuple, list)):  # e.g. (logits, state) of a recurrent model: the first output
+                out = out[0]
+            out = out.numpy()
         finally:
             torch.set_num_threads(prev)
         return out, {"threads": self.threads or prev}

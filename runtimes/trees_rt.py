@@ -11,6 +11,7 @@ from edgesmith.runtimes.base import Runtime, register_runtime
 @register_runtime
 class TreesRuntime(Runtime):
     name = "trees"
+    contract_fixture = "trees"
     formats = ("trees",)
     description = "edgesmith's Numba GBT engine (serial below 32 rows, threaded above)"
 

@@ -108,6 +108,7 @@ def _aligned_empty(shape: tuple[int, ...], dtype, align: int = 64) -> np.ndarray
 @register_runtime
 class TvmRuntime(Runtime):
     name = "tvm"
+    contract_fixture = "mlp-onnx"
     formats = ("onnx",)
     description = "Apache TVM Relax compiled for this CPU (llvm), untuned or MetaSchedule-tuned"
 

@@ -22,13 +22,31 @@ import numpy as np
 import onnx
 import torch
 
-from edgesmith.compress.rwkvquant.export import OrtStepDecoder, export_step_onnx, torch_greedy
+from edgesmith.compress import Artifact
+from edgesmith.compress.export_step import export_step_onnx, step_greedy_ort, torch_greedy
 from edgesmith.compress.rwkvquant.rtn import rtn_quantize
 from edgesmith.compress.rwkvquant.rwkvquant import linear_modules
 from edgesmith.compress.rwkvquant.tensors import QuantLinear
 from edgesmith.common import write_json
 from edgesmith.models.rwkv.base import RWKVConfig
 from edgesmith.models.rwkv.checkpoint import build_model
+from edgesmith.runtimes import get_runtime
+from edgesmith.runtimes.stateful import step_feed, zero_state
+
+
+class StepDecoder:
+    """Greedy decoding of a step graph through the onnxruntime runtime, batch 1, state fed back."""
+
+    def __init__(self, path: Path, spec: dict, threads: int):
+        self.spec = spec
+        self.rt = get_runtime("onnxruntime", threads=threads).load(Artifact("onnx", path=path, meta={"recurrent": spec}))
+
+    def zero_state(self) -> dict:
+        return zero_state(self.spec, 1)
+
+    def step(self, token: int, state: dict):
+        named = self.rt.run(step_feed(self.spec, np.array([token], np.int64), state)).named
+        return named[self.spec["output"]][0], {i: named[o] for i, o in self.spec["state"]}
 
 
 def random_model(version: int, n_layer: int, n_embd: int, head_size: int, seed: int = 0):
@@ -69,7 +87,7 @@ def copy_bandwidth(n_bytes: int = 512 * 2**20, reps: int = 5) -> float:
     return 2 * n_bytes / best  # a copy reads and writes every byte
 
 
-def tokens_per_s(dec: OrtStepDecoder, n: int) -> float:
+def tokens_per_s(dec: StepDecoder, n: int) -> float:
     state = dec.zero_state()
     logits, state = dec.step(0, state)
     for _ in range(3):  # warm-up
@@ -99,13 +117,13 @@ def main(argv=None) -> int:
     res = {"model": m.cfg.to_dict(), "threads": a.threads, "bits": a.bits, "group": a.group}
     with tempfile.TemporaryDirectory() as tmp:
         paths = {"fp32": Path(tmp) / "fp32.onnx", f"int{a.bits}": Path(tmp) / "q.onnx"}
-        export_step_onnx(m, paths["fp32"], accuracy_level=4)
+        spec = export_step_onnx(m, paths["fp32"], accuracy_level=4)["recurrent"]
         counts = export_step_onnx(q, paths[f"int{a.bits}"], accuracy_level=4)
         res["matmulnbits_layers"] = counts["matmulnbits"]
-        decs = {k: OrtStepDecoder(p, threads=a.threads) for k, p in paths.items()}
+        decs = {k: StepDecoder(p, spec, threads=a.threads) for k, p in paths.items()}
         prompt = [1, 2, 3]
-        res["same_tokens_as_torch"] = {"fp32": decs["fp32"].greedy(prompt, 16) == torch_greedy(m, prompt, 16),
-                                       f"int{a.bits}": decs[f"int{a.bits}"].greedy(prompt, 16) == torch_greedy(q, prompt, 16)}
+        res["same_tokens_as_torch"] = {k: step_greedy_ort(paths[k], prompt, 16, a.threads) == torch_greedy(mod, prompt, 16)
+                                       for k, mod in (("fp32", m), (f"int{a.bits}", q))}
         bw = copy_bandwidth()
         res["copy_bandwidth_GBps"] = bw / 1e9
         for k, p in paths.items():
@@ -114,7 +132,7 @@ def main(argv=None) -> int:
             res[k] = {"tokens_per_s": statistics.median(runs), "runs": runs, "weight_bytes_per_token": wb,
                       "bound_tokens_per_s": bw / wb}
     res["speedup"] = res[f"int{a.bits}"]["tokens_per_s"] / res["fp32"]["tokens_per_s"]
-    print(f"| graph | weight MB/token | tokens/s | bandwidth bound tokens/s |\n|---|---|---|---|")
+    print("| graph | weight MB/token | tokens/s | bandwidth bound tokens/s |\n|---|---|---|---|")
     for k in paths:
         r = res[k]
         print(f"| {k} | {r['weight_bytes_per_token'] / 1e6:.1f} | {r['tokens_per_s']:.2f} | {r['bound_tokens_per_s']:.1f} |")

@@ -117,7 +117,7 @@ def run_study(out: Path, quick: bool, targets, seed: int, reps: int, threads: in
             folder = deploy(DeployOptions(PRODUCER, target, out / "deploys" / f"{label}-{target}", seed=seed,
                                           threads=threads, batch_sizes=(1,), warmup=max(2, reps // 5), reps=reps,
                                           progress=False, model_options=options,
-                                          plan=PlanOptions(tvm=False, prune_sparsity=0.5)))
+                                          plan=PlanOptions(tvm=False, options={"prune_sparsity": 0.5})))
             report = json.loads((folder / "report.json").read_text())
             rows += rows_from_report(report, label, n_params)
             bar.update(1)

@@ -1,24 +1,19 @@
-"""ONNX export of the RWKV one-token step, with weight-only low-bit linears for onnxruntime.
+"""Weight-only low-bit linears of an RWKVQuant-quantized model, rewritten inside an exported ONNX graph.
 
-Graph: (token int64 (B,), att_x (L,B,C), ffn_x (L,B,C), wkv (L,B,H,N,N)) -> (logits (B,V), new states).
-Linears are exported as ``x @ W^T`` (MatMul), then rewritten from the quantized layers' own codes:
+``export-step-onnx`` (``compress/export_step.py``) exports a model's one-step graph with every linear as
+``x @ W^T`` (MatMul); for a quantized model, ``rewrite_quantized`` then replaces those MatMuls from the
+quantized layers' own codes:
 
 - SQ layers (RTN/GPTQ, <= 4 bits) become ``com.microsoft.MatMulNBits`` (4-bit container, our codes,
   fp16-exact scales and integer zero points), so onnxruntime runs its int4 kernel
   (``accuracy_level=4``: int8 activations, the fast CPU path);
 - VQ layers become a dequantize-on-the-fly subgraph: Gather(codebooks, indices) -> Reshape ->
   Transpose -> MatMul, the codebooks and indices being the only stored weight data.
-
-The sequence loop stays outside the graph (the decode loop feeds the states back).
 """
 from __future__ import annotations
 
 import copy
 import hashlib
-import io
-import os
-import warnings
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -28,27 +23,14 @@ from torch import nn
 
 from edgesmith.compress.export_onnx import MatMulLinear
 from edgesmith.compress.rwkvquant.tensors import QuantLinear, SQTensor, VQTensor
-from edgesmith.common import EdgesmithError, atomic_path
-from edgesmith.models.rwkv.base import RWKVState
-
-STATE_NAMES = ("att_x", "ffn_x", "wkv")
-
-
-class StepModule(nn.Module):
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, token, att_x, ffn_x, wkv):
-        logits, st = self.model.step(token, RWKVState(att_x, ffn_x, wkv))
-        return logits, st.att_x, st.ffn_x, st.wkv
+from edgesmith.common import EdgesmithError
 
 
 def _key(a: np.ndarray) -> str:
     return hashlib.sha1(np.ascontiguousarray(a, dtype=np.float32).tobytes()).hexdigest()
 
 
-def _matmul_copy(model: nn.Module) -> tuple[nn.Module, dict[str, object]]:
+def matmul_copy(model: nn.Module) -> tuple[nn.Module, dict[str, object]]:
     """Copy with every Linear/QuantLinear as MatMulLinear; returns {hash of W^T: quantized tensor or None}."""
     model = copy.deepcopy(model).eval()
     found = {}
@@ -110,24 +92,8 @@ def _vq_gather(node: onnx.NodeProto, q: VQTensor, prefix: str):
     return nodes, inits
 
 
-def export_step_onnx(model: nn.Module, path: str | os.PathLike, *, accuracy_level: int = 4, opset: int = 17,
-                     force: bool = False) -> dict:
-    """Write the step graph of ``model`` (fp or quantized) to ``path``; returns counts of rewritten layers."""
-    m, quantized = _matmul_copy(model)
-    cfg = model.cfg
-    state = model.zero_state(1)
-    args = (torch.zeros(1, dtype=torch.long), state.att_x, state.ffn_x, state.wkv)
-    buf = io.BytesIO()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(StepModule(m), args, buf, input_names=["token", *STATE_NAMES],
-                              output_names=["logits", *(f"{n}_out" for n in STATE_NAMES)], opset_version=opset,
-                              dynamo=False)
-    except Exception as e:  # the exporter raises many types
-        raise EdgesmithError(f"ONNX export of the RWKV step failed: {str(e).splitlines()[0][:200]}",
-                             "report this model configuration; the step uses only standard ops.") from None
-    g = onnx.load_from_string(buf.getvalue())
+def rewrite_quantized(g: onnx.ModelProto, quantized: dict, accuracy_level: int) -> dict:
+    """Replace the MatMuls whose weights came from quantized layers (see ``matmul_copy``); returns counts."""
     inits = {t.name: t for t in g.graph.initializer}
     counts = {"matmulnbits": 0, "vq_gather": 0, "fp32_matmul": 0}
     new_nodes, drop = [], set()
@@ -160,52 +126,4 @@ def export_step_onnx(model: nn.Module, path: str | os.PathLike, *, accuracy_leve
     g.graph.initializer.extend(keep)
     if counts["matmulnbits"]:
         g.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    with atomic_path(Path(path), force=force) as tmp:
-        onnx.save(g, str(tmp))
-    return {**counts, "config": cfg.to_dict()}
-
-
-class OrtStepDecoder:
-    """Greedy decoding with an exported step graph in onnxruntime."""
-
-    def __init__(self, path: str | os.PathLike, threads: int = 1):
-        import onnxruntime as ort
-
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        so.log_severity_level = 3
-        self.sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        shapes = {i.name: i.shape for i in self.sess.get_inputs()}
-        self.state_shapes = {n: shapes[n] for n in STATE_NAMES}
-
-    def zero_state(self) -> dict:
-        return {n: np.zeros(s, np.float32) for n, s in self.state_shapes.items()}
-
-    def step(self, token: int, state: dict):
-        out = self.sess.run(None, {"token": np.array([token], np.int64), **state})
-        return out[0][0], dict(zip(STATE_NAMES, out[1:]))
-
-    def greedy(self, prompt, n_new: int) -> list[int]:
-        state, logits = self.zero_state(), None
-        for t in prompt:
-            logits, state = self.step(int(t), state)
-        out = []
-        for _ in range(n_new):
-            tok = int(np.argmax(logits))
-            out.append(tok)
-            logits, state = self.step(tok, state)
-        return out
-
-
-@torch.no_grad()
-def torch_greedy(model: nn.Module, prompt, n_new: int) -> list[int]:
-    state, logits = model.zero_state(1), None
-    for t in prompt:
-        logits, state = model.step(torch.tensor([int(t)]), state)
-    out = []
-    for _ in range(n_new):
-        tok = int(logits[0].argmax())
-        out.append(tok)
-        logits, state = model.step(torch.tensor([tok]), state)
-    return out
+    return counts

@@ -24,7 +24,6 @@ about the same bits per weight as an SQ one (``vq_group_size=0``): the compariso
 from __future__ import annotations
 
 import copy
-import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -38,7 +37,7 @@ from edgesmith.compress.rwkvquant.gptq import gptq_quantize
 from edgesmith.compress.rwkvquant.gptvq import gptvq_quantize
 from edgesmith.compress.rwkvquant.proxies import coarse_proxy, decide, fine_proxy, max_over_rms, thresholds
 from edgesmith.compress.rwkvquant.rtn import rtn_quantize
-from edgesmith.compress.rwkvquant.tensors import CODEBOOK_BITS, FP16_BITS, QuantLinear, SQTensor, VecCodebook
+from edgesmith.compress.rwkvquant.tensors import CODEBOOK_BITS, FP16_BITS, QuantLinear, VecCodebook
 from edgesmith.common import EdgesmithError
 
 METHODS = ("rtn", "gptq", "gptvq", "rwkvquant")
@@ -97,8 +96,6 @@ class RWKVQuantBase(PassConfig):
         if not isinstance(self.quantize_vectors, bool):
             self._fail("quantize_vectors", f"is {self.quantize_vectors!r}", "use true or false.")
 
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "method": self.method, **dataclasses.asdict(self)}
 
     def sq_overhead_bits(self) -> float:
         return (FP16_BITS + self.bits) / self.group_size

@@ -44,6 +44,7 @@ def train_critic(cfg: CtrlConfig, stage: str = "ctrl", progress: bool = False) -
 @register_producer
 class CtrlCritic(Producer):
     name = "ctrl-critic"
+    tiny_options = {"tiny": True}
     description = "CTRL critic (SFT + GRPO) for toy program repair with a fixed rule-based generator (paper 10)"
     metric = Metric("pass@1", higher_is_better=True, unit="fraction")
 

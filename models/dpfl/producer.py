@@ -25,6 +25,7 @@ PROCESSES = 4
 @register_producer
 class DPFLLogReg(Producer):
     name = "dpfl-logreg"
+    tiny_options = {"tiny": True}
     description = "logistic regression (32 features) by DP federated mu^2-SGD with noise cancellation, 40 clients"
     metric = Metric("accuracy", higher_is_better=True, unit="fraction")
 

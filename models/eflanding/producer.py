@@ -44,6 +44,7 @@ class PCAReconstruction(nn.Module):
 @register_producer
 class EFLandingPCA(Producer):
     name = "ef-landing-pca"
+    tiny_options = {"tiny": True}
     description = "PCA (n 50, p 5) learned by EF-Landing: 4 torchrun workers, top-k 10% + error feedback"
     metric = Metric("explained_variance_ratio", higher_is_better=True, unit="fraction")
 

@@ -27,6 +27,7 @@ from edgesmith.models.eqvae.train import KINDS, equivariance_errors, finetune, p
 @register_producer
 class EqvaeProducer(Producer):
     name = "eqvae"
+    tiny_options = {"tiny": True}
     description = "EQ-VAE: conv VAE on 32x32 procedural shapes, fine-tuned for latent scale/rotation equivariance"
     metric = Metric("psnr", higher_is_better=True, unit="dB")
 

@@ -31,6 +31,7 @@ TEST_NOISE_OFFSET = 10_000  # view-B noise of the evaluation pairs comes from se
 @register_producer
 class Founder(Producer):
     name = "founder"
+    tiny_options = {"tiny": True}
     description = "FOUNDER: view-B embedding mapped into an RSSM world model, temporal-distance reward (gridworld)"
     metric = Metric("spearman_reward_vs_neg_bfs", higher_is_better=True, unit="")
 

@@ -22,6 +22,9 @@ class GBRLCartPole(Producer):
     name = "gbrl-cartpole"
     description = "GBRL (gradient-boosted trees) PPO policy on CartPole-v1, 100k steps (~2 min on 2 cores)"
     metric = Metric("mean_return", higher_is_better=True, unit="reward per episode")
+    kind = "tree-policy"
+    native_format = "trees"
+    tiny_options = {"steps": 4096, "eval_episodes": 2, "cache": False}
 
     def __init__(self, seed: int = 0, steps: int = 100_000, eval_episodes: int = 10, cache: bool = True):
         super().__init__(seed=seed)

@@ -32,6 +32,7 @@ IIA_SEED = 12345  # pairs and nodes of the input-site IIA; fixed so every varian
 @register_producer
 class GnnIiaProducer(Producer):
     name = "gnn-iia"
+    tiny_options = {"tiny": True}
     description = "GNN + attention-based transmission of frozen-encoder token features; causal synthetic graphs (IIA)"
     metric = Metric("accuracy", higher_is_better=True, unit="fraction")
 

@@ -23,6 +23,7 @@ from edgesmith.models.influence.data import load_splits
 @register_producer
 class NoiseCnn(Producer):
     name = "noise-cnn"
+    tiny_options = {"tiny": True}
     description = "two-layer ReLU^q CNN on two-patch feature-noise data with class-dependent noise (paper 3)"
     metric = Metric("accuracy", higher_is_better=True, unit="fraction")
 

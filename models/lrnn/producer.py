@@ -25,8 +25,11 @@ from edgesmith.models.lrnn.train import TrainConfig, score, train
 @register_producer
 class LrnnDenoiser(Producer):
     name = "lrnn-denoiser"
+    tiny_options = {"tiny": True}
     description = "S5-style linear RNN speech denoiser (STFT 512/128 mask), espeak-ng speech + generated noise"
     metric = Metric("si_snr", higher_is_better=True, unit="dB")
+    kind = "stream"
+    frame_seconds = HOP / SR  # one STFT hop: 8 ms of audio per input frame
 
     def __init__(self, seed: int = 0, tiny: bool = False, width: float | None = None, epochs: int | None = None):
         super().__init__(seed=seed)
@@ -65,6 +68,10 @@ class LrnnDenoiser(Producer):
 
     def calibration_data(self, n: int = 128) -> np.ndarray:
         return np.ascontiguousarray(self.features("train")[:n])
+
+    def training_data(self):
+        """The train split (noisy and clean clips) that prune-lrnn and qat-lrnn fine-tune on."""
+        return self.splits()["train"]
 
     def evaluate(self, predict, split: str = "test", with_stoi: bool = True) -> Evaluation:
         res = score(lambda f: np.asarray(predict(f)), self.splits()[split], with_stoi=with_stoi)

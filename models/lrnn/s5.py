@@ -204,6 +204,11 @@ class S5Denoiser(nn.Module):
         per_block = 2 * n * d + 4 * n + 2 * n * d + d + 2 * d * d
         return 2 * N_BINS * d + self.cfg.n_layers * per_block
 
+    def workload_counts(self, input_shape) -> dict:
+        """MACs of one clip shaped ``input_shape`` (frames, 257) and the layers each frame runs (enc, per block
+        B / recurrence / C / W1 / W2, dec): the forward calls its weights directly, so hooks cannot count them."""
+        return {"macs": float(self.dense_macs_per_step() * int(input_shape[0])), "n_layers": 2 + 5 * self.cfg.n_layers}
+
     def effective_macs_per_step(self) -> int:
         """MACs left after pruning: non-zero weights plus the dense recurrence and D terms."""
         d, n = self.cfg.d_model, self.cfg.modes

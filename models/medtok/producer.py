@@ -41,6 +41,7 @@ def token_stability(ids: np.ndarray, ref: np.ndarray) -> dict:
 @register_producer
 class MedTokProducer(Producer):
     name = "medtok"
+    tiny_options = {"tiny": True}
     description = "MedTok multimodal code tokenizer (text + GCN, partitioned soft top-5 codebook) + EHR head, synthetic ontology"
     metric = Metric("auprc", higher_is_better=True, unit="fraction")
 

@@ -27,6 +27,7 @@ SIGMA_MAX = 80.0
 @register_producer
 class NcvsdProducer(Producer):
     name = "ncvsd"
+    tiny_options = {"tiny": True}
     description = "NCVSD generative denoiser (MLP) distilled from a closed-form Gaussian-mixture teacher"
     metric = Metric("mmd_1step", higher_is_better=False, unit="")
 

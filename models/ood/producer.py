@@ -64,6 +64,7 @@ class FeatureClassifier(nn.Module):
 @register_producer
 class OODGauss(Producer):
     name = "ood-gauss"
+    tiny_options = {"tiny": True}
     description = "MLP on Gaussian ID classes; MSP / energy / Mahalanobis OOD scores (paper 6 toy)"
     metric = Metric("auroc_mahalanobis", higher_is_better=True, unit="fraction")
 

@@ -183,6 +183,8 @@ class RWKVModel(nn.Module):
             nn.init.zeros_(blk.att.output.weight)
             nn.init.zeros_(blk.ffn.value.weight)
 
+    state_batch_dim = 1  # RWKVState tensors are (layers, batch, ...): export-step-onnx moves batch first
+
     def zero_state(self, batch: int) -> RWKVState:
         return zero_state(self.cfg, batch, device=self.emb.weight.device)
 

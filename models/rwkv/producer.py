@@ -20,6 +20,8 @@ from edgesmith.models.rwkv.train import TrainSettings, perplexity, reference_pat
 class RWKVReference(Producer):
     version: int = 7
     metric = Metric("perplexity", higher_is_better=False, unit="per byte")
+    kind = "token-lm"
+    vocab_size = 256  # byte-level
     seq_len: int = 128
     eval_seq_len: int = 256
     eval_sequences: int = 64

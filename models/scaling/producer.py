@@ -98,6 +98,7 @@ class ScalingStudent(Producer):
     """Teacher / distilled student / router over specialists on digits (see the module docstring)."""
 
     name = "scaling-student"
+    tiny_options = {"tiny": True}
     description = "digits teacher MLP, KD students at any width, router over specialists (scaling up/down/out)"
     metric = Metric("accuracy", higher_is_better=True, unit="fraction")
 

@@ -47,6 +47,7 @@ class RewardProducerConfig(Config):
 @register_producer
 class SelfConsumingReward(Producer):
     name = "self-consuming"
+    tiny_options = {"tiny": True}
     description = "Bradley-Terry reward model (MLP 2-64-64-1) curating a self-consuming GMM loop on 8 Gaussians"
     metric = Metric("pairwise_accuracy", higher_is_better=True, unit="fraction")
 

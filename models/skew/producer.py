@@ -129,6 +129,7 @@ def permute_graphs(a: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 @register_producer
 class SkewSpectrumProducer(Producer):
     name = "skew-spectrum"
+    tiny_options = {"tiny": True}
     description = "order-k graph skew spectrum (in-graph Einsum counts) + MLP: diameter class of 7-node atlas graphs"
     metric = Metric("accuracy", higher_is_better=True, unit="fraction")
 

@@ -99,6 +99,7 @@ def predict_dist_fn(predict, ws: list[np.ndarray]):
 @register_producer
 class SqaoaProducer(Producer):
     name = "sqaoa"
+    tiny_options = {"tiny": True}
     description = "SQAOA sub-problem circuit (statevector as real MatMuls) for correlation clustering, n=6"
     metric = Metric("approximation_ratio", higher_is_better=True, unit="fraction")
 

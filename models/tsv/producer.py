@@ -63,6 +63,7 @@ def base_lm():
 @register_producer
 class TSVRWKV(Producer):
     name = "tsv-rwkv"
+    tiny_options = {"tiny": True}
     description = "TSV hallucination detector on RWKV-7 fine-tuned on synthetic facts (paper 18)"
     metric = Metric("auroc", higher_is_better=True, unit="fraction")
 

@@ -27,6 +27,7 @@ from edgesmith.models.wavegc.wavegc import WaveGC
 @register_producer
 class WaveGCProducer(Producer):
     name = "wavegc"
+    tiny_options = {"tiny": True}
     description = "WaveGC (learned admissible graph wavelets) on long-range node regression, graphs <= 64 nodes"
     metric = Metric("mae", higher_is_better=False, unit="target units")
 

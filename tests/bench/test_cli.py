@@ -152,11 +152,11 @@ def test_prune_of_a_producer_model_exports_the_pruned_model_to_onnx(capsys, tmp_
     assert 0.49 < zeros < 0.51
 
 
-def test_model_options_parse_as_json_values_or_text():
-    from edgesmith.bench.cli import parse_model_options
+def test_key_value_options_parse_as_json_values_or_text():
+    from edgesmith.bench.recipe import parse_key_values
 
-    assert parse_model_options(["tiny=true", "width=0.5", "n=3", "name=abc"]) == {
-        "tiny": True, "width": 0.5, "n": 3, "name": "abc"}
+    assert parse_key_values(["tiny=true", "width=0.5", "n=3", "name=abc", "bits=[3,4]"], "--option") == {
+        "tiny": True, "width": 0.5, "n": 3, "name": "abc", "bits": [3, 4]}
 
 
 def test_model_option_without_equals_is_a_user_error(capsys, tmp_path):

@@ -1,4 +1,4 @@
-"""The main job end to end (quick mode): every target gets a report and the summary links them."""
+"""The main job: `edgesmith demo` runs a recipe's deploys through the one pipeline and summarises them."""
 from __future__ import annotations
 
 import json
@@ -6,23 +6,58 @@ import json
 import pytest
 
 from edgesmith.bench.cli import main
+from edgesmith.bench.demo import DEMO_RECIPE
+from edgesmith.bench.recipe import load_recipe, merged
+from edgesmith.hardware import PlanOptions, get_target
+from edgesmith.models import get_producer
+from edgesmith.models.kinds import kind_names
+
+
+def test_the_shipped_demo_recipe_covers_every_kind_on_every_target_that_runs_it():
+    recipe = load_recipe(str(DEMO_RECIPE))
+    pairs = set()
+    for entry in recipe["deploy"]:
+        d = merged(recipe, entry)
+        producer = get_producer(d["model"], **d.get("model_options", {}))
+        # the plan is made without building: the recipe's options must be valid for the model's kind
+        get_target(d["target"]).plan(producer, PlanOptions(options=d.get("options", {}), **d.get("plan", {})))
+        pairs.add((producer.kind, d["target"]))
+    kinds = {k for k, _ in pairs}
+    assert kinds == set(kind_names())
+    for kind in kinds:
+        runs_it = {t for t in ("host-cpu", "jetson-orin-nano", "loihi2") if kind in get_target(t).kinds}
+        assert {t for k, t in pairs if k == kind} <= runs_it
 
 
 @pytest.mark.lava
 @pytest.mark.slow
-def test_quick_demo_writes_a_report_per_target_and_a_summary(tmp_path, capsys):
+def test_demo_writes_a_report_per_deploy_and_a_summary(tmp_path, capsys):
+    recipe = tmp_path / "demo.toml"
+    recipe.write_text('[bench]\nwarmup = 1\nreps = 5\n'
+                      '[[deploy]]\nmodel = "digits-mlp"\ntarget = "host-cpu"\n'
+                      '[[deploy]]\nmodel = "digits-mlp"\ntarget = "loihi2"\n'
+                      '[[deploy]]\nmodel = "gbrl-cartpole"\ntarget = "host-cpu"\n'
+                      'model_options = { steps = 2048, cache = false }\n')
     out = tmp_path / "demo"
-    assert main(["demo", "--quick", "--quiet", "--out", str(out)]) == 0
+    assert main(["demo", "--recipe", str(recipe), "--quiet", "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert {s["target"] for s in summary} == {"host-cpu", "jetson-orin-nano", "loihi2"}
+    assert [(s["model"], s["target"], s["kind"]) for s in summary] == [
+        ("digits-mlp", "host-cpu", "tensor"), ("digits-mlp", "loihi2", "tensor"),
+        ("gbrl-cartpole", "host-cpu", "tree-policy")]
     for s in summary:
         folder = out / f"{s['model']}-{s['target']}"
-        assert (folder / "report.md").is_file() and (folder / "report.json").is_file()
-        assert s["rows"], s["target"]
-    host = next(s for s in summary if s["target"] == "host-cpu")
-    runtimes = {r["runtime"] for r in host["rows"]}
-    assert {"onnxruntime", "tvm (untuned)"} <= runtimes
+        assert (folder / "report.md").is_file() and s["rows"]
+    host = summary[0]
+    assert {"onnxruntime", "tvm (untuned)"} <= {r["runtime"] for r in host["rows"]}
     md = (out / "summary.md").read_text()
-    assert "int8 / fp32 p50 latency ratio" in md
+    assert "int8 / fp32 p50 latency ratio" in md and "decisions/s" in md
     # a second run must not silently replace the first
-    assert main(["demo", "--quick", "--quiet", "--out", str(out)]) == 2
+    assert main(["demo", "--recipe", str(recipe), "--quiet", "--out", str(out)]) == 2
+
+
+def test_a_demo_recipe_with_a_bad_entry_fails_before_any_deploy(tmp_path, capsys):
+    recipe = tmp_path / "demo.toml"
+    recipe.write_text('[[deploy]]\nmodel = "digits-mlp"\ntarget = "host-cpu"\n'
+                      '[[deploy]]\nmodel = "digits-mlp"\ntarget = "host-cpu"\n[deploy.bench]\nreps = "many"\n')
+    assert main(["demo", "--recipe", str(recipe), "--quiet", "--out", str(tmp_path / "d")]) == 2
+    assert "reps" in capsys.readouterr().err and not (tmp_path / "d").exists()

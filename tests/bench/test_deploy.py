@@ -134,14 +134,14 @@ def test_unknown_model_option_is_a_user_error(tmp_path):
 def test_a_backend_that_cannot_run_the_model_is_reported_as_failed_not_fatal(tmp_path, monkeypatch):
     import edgesmith.bench.deploy as d
 
-    real = d._run_variant
+    real = d._VariantRun.row
 
-    def tvm_breaks(target, producer, art, variant, rt_name, *a, **k):
+    def tvm_breaks(self, art, variant, rt_name, *a, **k):
         if rt_name == "tvm":
             raise RuntimeError("simulated: TVM cannot lower op Foo")
-        return real(target, producer, art, variant, rt_name, *a, **k)
+        return real(self, art, variant, rt_name, *a, **k)
 
-    monkeypatch.setattr(d, "_run_variant", tvm_breaks)
+    monkeypatch.setattr(d._VariantRun, "row", tvm_breaks)
     out = deploy(DeployOptions("digits-mlp", "host-cpu", tmp_path / "f", plan=PlanOptions(variants=("fp32",)), **FAST))
     report = json.loads((out / "report.json").read_text())
     assert [r["runtime"] for r in report["results"]] == ["onnxruntime"]

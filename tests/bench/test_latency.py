@@ -171,7 +171,7 @@ def test_corrupt_onnx_gives_a_user_error_from_the_worker(tmp_path):
 
 def test_worker_crash_reports_the_last_stderr_line(tmp_path):
     (tmp_path / "spec.json").write_text(json.dumps({"threads": 1}))  # no "runtime": the worker dies with KeyError
-    np.save(tmp_path / "inputs.npy", np.zeros((1, 4), np.float32))
+    np.savez(tmp_path / "inputs.npz", **{"": np.zeros((1, 4), np.float32)})
     with pytest.raises(EdgesmithError, match=r"exit code 1\): KeyError: 'runtime'"):
         latency._run_worker(tmp_path, 1, 120, "a broken spec")
 

@@ -55,7 +55,7 @@ def test_batch_multiplies_compute_and_activations_but_not_weights():
 def test_bad_precision_or_latency_is_a_user_error():
     m = HostCpuCostModel(cores=1)
     with pytest.raises(EdgesmithError, match="precision"):
-        m.estimate(Workload(macs=1, precision="fixed"))
+        m.estimate(Workload(macs=1, precision="fp8"))
     with pytest.raises(EdgesmithError, match="positive"):
         m.estimate(Workload(macs=1, measured_latency_s=0.0))
 

@@ -14,7 +14,7 @@ from edgesmith.compress.quant_int8 import Int8QdqConfig
 from edgesmith.hardware import PlanOptions, get_target
 from edgesmith.common import EdgesmithError
 
-PRODUCER = SimpleNamespace(name="stub")  # not built: plans must not need a trained model
+PRODUCER = SimpleNamespace(name="stub", kind="tensor")  # not built: plans must not need a trained model
 
 
 def _by_name(plan):
@@ -38,7 +38,7 @@ def test_host_default_plan_has_fp32_int8_int4_with_tvm_except_int4():
 
 
 def test_host_plan_passes_options_into_the_configs():
-    opts = PlanOptions(calibration="percentile", percentile=99.9, int4_block_size=64, tvm=False)
+    opts = PlanOptions(tvm=False, options={"calibration": "percentile", "percentile": 99.9, "int4_block_size": 64})
     v = _by_name(get_target("host-cpu").plan(PRODUCER, opts))
     q = v["int8"].passes[1]
     assert (q.calibration, q.percentile) == ("percentile", 99.9)
@@ -47,7 +47,7 @@ def test_host_plan_passes_options_into_the_configs():
 
 
 def test_host_pruned_variant_appears_only_with_a_sparsity():
-    v = _by_name(get_target("host-cpu").plan(PRODUCER, PlanOptions(prune_sparsity=0.7)))
+    v = _by_name(get_target("host-cpu").plan(PRODUCER, PlanOptions(options={"prune_sparsity": 0.7})))
     assert _types(v["pruned"]) == [MagnitudePruneConfig, ExportOnnxConfig, Int8QdqConfig]
     assert v["pruned"].passes[0].sparsity == 0.7
     assert "pruned" not in _by_name(get_target("host-cpu").plan(PRODUCER, PlanOptions()))
@@ -71,7 +71,7 @@ def test_asking_for_pruned_without_sparsity_says_how_to_get_it():
 
 
 def test_jetson_plan_is_fp32_and_int8_on_the_onnxruntime_proxy():
-    plan = get_target("jetson-orin-nano").plan(PRODUCER, PlanOptions(prune_sparsity=0.5))
+    plan = get_target("jetson-orin-nano").plan(PRODUCER, PlanOptions(options={"prune_sparsity": 0.5}))
     v = _by_name(plan)
     assert list(v) == ["fp32", "int8"]
     assert all(var.runtimes == ["onnxruntime"] for var in v.values())
@@ -90,7 +90,7 @@ def test_loihi2_plan_is_one_sigma_delta_variant_on_lava():
 
 
 def test_loihi2_plan_refuses_a_built_model_too_big_for_the_chip():
-    big = SimpleNamespace(name="big", module_=nn.Linear(6000, 5000))  # 30M 8-bit weights > 24 MiB
+    big = SimpleNamespace(name="big", kind="tensor", module_=nn.Linear(6000, 5000))  # 30M 8-bit weights > 24 MiB
     with pytest.raises(EdgesmithError, match="budget"):
         get_target("loihi2").plan(big, PlanOptions())
 
@@ -99,3 +99,30 @@ def test_plan_round_trips_to_json_ready_dict():
     d = get_target("host-cpu").plan(PRODUCER, PlanOptions()).to_dict()
     assert d["target"] == "host-cpu"
     assert d["variants"][1]["passes"][1]["kind"] == "int8-qdq"
+
+
+def test_a_bad_kind_option_is_a_user_error_naming_the_option():
+    with pytest.raises(EdgesmithError, match="int4_block_size"):
+        get_target("host-cpu").plan(PRODUCER, PlanOptions(options={"int4_block_size": 48}))
+    with pytest.raises(EdgesmithError, match="no option"):
+        get_target("host-cpu").plan(PRODUCER, PlanOptions(options={"calibrate": "minmax"}))
+
+
+@pytest.mark.parametrize("target,kind", [("loihi2", "token-lm"), ("loihi2", "tree-policy"),
+                                         ("jetson-orin-nano", "tree-policy")])
+def test_a_kind_without_a_plan_is_refused_with_the_reason_and_the_targets_that_run_it(target, kind):
+    with pytest.raises(EdgesmithError, match=f"a {kind} model") as e:
+        get_target(target).plan(SimpleNamespace(name="m", kind=kind), PlanOptions())
+    assert "host-cpu" in e.value.fix
+
+
+def test_each_kind_gets_its_own_variants_on_the_host():
+    plans = {k: _by_name(get_target("host-cpu").plan(SimpleNamespace(name="m", kind=k), PlanOptions(
+        options={"methods": ["rwkv-rtn"], "bits": [4]} if k == "token-lm" else {}))) for k in
+             ("token-lm", "stream", "tree-policy")}
+    assert list(plans["token-lm"]) == ["fp32", "rtn-4bit"]
+    assert [p.kind for p in plans["token-lm"]["rtn-4bit"].passes] == ["rwkv-rtn", "export-step-onnx"]
+    assert list(plans["stream"]) == ["dense", "sparse", "sparse-fixed"]
+    assert plans["stream"]["sparse-fixed"].runtimes == ["lrnn-ref"]
+    assert {n: v.runtimes for n, v in plans["tree-policy"].items()} == {"trees": ["trees"], "onnx": ["onnxruntime"],
+                                                                         "c": ["c"]}

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgesmith.compress.base import Artifact, PassContext, apply_pass, config_from_dict
+from edgesmith.compress.base import Artifact, PassContext, apply_pass, config_from_dict, config_from_json
 from edgesmith.compress.rwkvquant import load_quantized, make_config, quantize_rwkv, save_quantized
 from edgesmith.compress.rwkvquant.qcheckpoint import quantized_payload
 from edgesmith.compress.rwkvquant.tensors import QuantLinear
@@ -84,7 +84,8 @@ def test_bad_quantized_file_is_rejected(tmp_path):
 
 def test_pass_registration_round_trips_and_runs():
     cfg = config_from_dict({"kind": "rwkvquant", "bits": 4, "kmeans_iters": 5, "n_calibration": 4})
-    assert cfg.to_dict()["method"] == "rwkvquant"
+    assert cfg.method == "rwkvquant"
+    assert config_from_dict(cfg.to_dict()) == cfg and config_from_json(cfg.to_json()).to_json() == cfg.to_json()
     with pytest.raises(EdgesmithError, match="bits"):
         config_from_dict({"kind": "rwkv-gptq", "bits": 1})
     m = tiny(7)

@@ -1,0 +1,159 @@
+"""Recipes (TOML) and ``KEY=VALUE`` options: one schema, checked before any work starts.
+
+A deploy recipe::
+
+    model = "digits-mlp"          # a producer name
+    target = "host-cpu"
+    seed = 0
+    [plan]                        # tvm, tvm_tune_trials, variants
+    variants = ["fp32", "int8"]
+    [bench]                       # batch_sizes, warmup, reps, n_calibration, calibration_select
+    reps = 200
+    [options]                     # the model kind's options (`edgesmith kinds`)
+    calibration = "percentile"
+    [model_options]               # the producer's arguments
+    tiny = true
+
+A demo or study recipe lists several deploys as ``[[deploy]]`` tables; each takes the same keys and
+inherits the top level's. Every value is checked for its type here, so ``reps = "many"`` or
+``plan = 3`` is one clear error before anything is built.
+"""
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+from edgesmith.common import EdgesmithError
+
+TOP = {"model": str, "target": str, "out": str, "seed": int, "threads": int, "force": bool, "sensitivity": bool}
+PLAN = {"tvm": bool, "tvm_tune_trials": int, "variants": list}
+BENCH = {"batch_sizes": list, "warmup": int, "reps": int, "n_calibration": int, "calibration_select": str}
+TABLES = {"plan": PLAN, "bench": BENCH, "options": None, "model_options": None}
+_TYPE_NAMES = {str: "a string", int: "a whole number", bool: "true or false", list: "a list"}
+
+
+def _check_value(where: str, key: str, value, expected) -> None:
+    ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
+    if not ok:
+        raise EdgesmithError(f"{where}: {key} is {value!r}, not {_TYPE_NAMES[expected]}.",
+                             f"write {key} as {_TYPE_NAMES[expected]} (see the recipe example in the README).")
+    if key == "batch_sizes" and not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in value):
+        raise EdgesmithError(f"{where}: batch_sizes {value!r} are not all positive whole numbers.",
+                             "write e.g. batch_sizes = [1, 64].")
+    if key == "variants" and not all(isinstance(v, str) for v in value):
+        raise EdgesmithError(f"{where}: variants {value!r} are not all names.", 'write e.g. variants = ["fp32"].')
+
+
+def check_deploy_table(data: dict, where: str) -> dict:
+    """Check one deploy's keys and value types; returns it unchanged."""
+    for key, value in data.items():
+        if key in TOP:
+            _check_value(where, key, value, TOP[key])
+        elif key in TABLES:
+            if not isinstance(value, dict):
+                raise EdgesmithError(f"{where}: {key} is {value!r}, not a table.",
+                                     f"write it as a [{key}] section of KEY = VALUE lines.")
+            schema = TABLES[key]
+            if schema is None:
+                continue  # kind and producer options: checked by their own dataclasses
+            unknown = sorted(set(value) - set(schema))
+            if unknown:
+                raise EdgesmithError(f"{where}: unknown [{key}] key(s) {', '.join(unknown)}.",
+                                     f"valid keys: {', '.join(sorted(schema))}.")
+            for k, v in value.items():
+                _check_value(f"{where} [{key}]", k, v, schema[k])
+        elif key != "deploy":
+            raise EdgesmithError(f"{where}: unknown key {key!r}.",
+                                 f"valid top-level keys: {', '.join(sorted(TOP))}, [plan], [bench], [options], "
+                                 "[model_options], [[deploy]].")
+    return data
+
+
+def load_recipe(path: str | None) -> dict:
+    """The recipe at ``path`` (empty without one), schema-checked, ``[[deploy]]`` tables included."""
+    if not path:
+        return {}
+    p = Path(path)
+    if not p.is_file():
+        raise EdgesmithError(f"recipe file {p} does not exist.", "check the --recipe path.")
+    try:
+        data = tomllib.loads(p.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise EdgesmithError(f"recipe {p} is not valid TOML: {e}.", "fix the syntax (see README for an example).") from None
+    check_deploy_table(data, f"recipe {p}")
+    deploys = data.get("deploy", [])
+    if not isinstance(deploys, list) or not all(isinstance(d, dict) for d in deploys):
+        raise EdgesmithError(f"recipe {p}: deploy must be a list of [[deploy]] tables.", "write each as [[deploy]].")
+    for i, d in enumerate(deploys):
+        if "deploy" in d:
+            raise EdgesmithError(f"recipe {p}: [[deploy]] {i + 1} holds another deploy list.", "keep the list flat.")
+        check_deploy_table(d, f"recipe {p} [[deploy]] {i + 1}")
+    return data
+
+
+def merged(base: dict, over: dict) -> dict:
+    """``over``'s keys on top of ``base``'s, tables merged key by key (a [[deploy]] entry over the top level)."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items() if k != "deploy"}
+    for k, v in over.items():
+        out[k] = {**out.get(k, {}), **v} if isinstance(v, dict) else v
+    return out
+
+
+def parse_key_values(items: list[str] | None, flag: str) -> dict:
+    """``KEY=VALUE`` strings -> a dict; VALUE is read as JSON (true, 3, 0.5, [1,2], "x") or else kept as text."""
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise EdgesmithError(f"{flag} {item!r} is not KEY=VALUE.", f"write it like {flag} name=value.")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+def deploy_options(args, recipe: dict, overrides: dict | None = None):
+    """DeployOptions from a (checked) recipe table and CLI flags; flags win, ``overrides`` win over both."""
+    from edgesmith.bench.deploy import DeployOptions
+    from edgesmith.hardware import PlanOptions
+
+    recipe = merged(recipe, overrides or {})
+    plan_kw = dict(recipe.get("plan", {}))
+    bench_kw = dict(recipe.get("bench", {}))
+    if getattr(args, "tvm_tune_trials", None) is not None:
+        plan_kw["tvm_tune_trials"] = args.tvm_tune_trials
+    if getattr(args, "no_tvm", False):
+        plan_kw["tvm"] = False
+    if getattr(args, "variant", None):
+        plan_kw["variants"] = tuple(args.variant)
+    plan_kw["options"] = {**recipe.get("options", {}), **parse_key_values(getattr(args, "option", None), "--option")}
+    if getattr(args, "batch", None):
+        bench_kw["batch_sizes"] = tuple(args.batch)
+    for name in ("warmup", "reps", "n_calibration", "calibration_select"):
+        v = getattr(args, name, None)
+        if v is not None:
+            bench_kw[name] = v
+    if "batch_sizes" in bench_kw:
+        bench_kw["batch_sizes"] = tuple(bench_kw["batch_sizes"])
+    top = {k: recipe[k] for k in ("seed", "threads", "force", "sensitivity") if k in recipe}
+    for name in ("seed", "threads"):
+        v = getattr(args, name, None)
+        if v is not None:
+            top[name] = v
+    if getattr(args, "force", False):
+        top["force"] = True
+    if getattr(args, "sensitivity", False):
+        top["sensitivity"] = True
+    model = getattr(args, "model", None) or recipe.get("model")
+    target = getattr(args, "target", None) or recipe.get("target")
+    if not model:
+        raise EdgesmithError("no model given.", "pass MODEL or set model in the recipe.")
+    if not target:
+        raise EdgesmithError("no target given.", "pass --target or set target in the recipe.")
+    out = getattr(args, "out", None) or recipe.get("out") or f"runs/{model}-{target}"
+    model_options = {**recipe.get("model_options", {}),
+                     **parse_key_values(getattr(args, "model_option", None), "--model-option")}
+    return DeployOptions(model=model, target=target, out=Path(out), plan=PlanOptions(**plan_kw),
+                         progress=not getattr(args, "quiet", False), model_options=model_options, **bench_kw, **top)

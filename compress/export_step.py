@@ -1,0 +1,167 @@
+"""``export-step-onnx``: the one-step graph of a recurrent model, its state as inputs and outputs.
+
+For ``token-lm`` modules (and any module with the same protocol): ``zero_state(batch)`` returns a
+NamedTuple of tensors and ``step(token (B,), state) -> (logits (B, V), state)`` advances one token.
+The graph is ``(token int64 (B,), state... ) -> (logits (B, V), state_out...)`` with the batch first in
+every tensor and dynamic, so ``runtimes.stateful.run_sequence`` can feed whole batches of sequences.
+A module keeps its own state layout (``state_batch_dim``, RWKV: 1); the graph transposes at the edges.
+Linears are exported as MatMul; layers an RWKV quantizer replaced are rewritten from their codes
+(MatMulNBits for 4-bit SQ, a Gather-dequantize for VQ; ``compress.rwkvquant.export``).
+"""
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import onnx
+import torch
+from torch import nn
+
+from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.compress.base import Artifact, PassConfig, PassContext, PassReport, PassResult, register_pass
+
+TOKEN_INPUT, LOGITS_OUTPUT = "token", "logits"
+
+
+class StepModule(nn.Module):
+    """``model.step`` with batch-first state tensors at the graph's edges."""
+
+    def __init__(self, model: nn.Module, state_type, batch_dim: int):
+        super().__init__()
+        self.model, self.state_type, self.batch_dim = model, state_type, batch_dim
+
+    def forward(self, token, *state):
+        st = self.state_type(*[s.movedim(0, self.batch_dim) for s in state])
+        logits, new = self.model.step(token, st)
+        return (logits, *[s.movedim(self.batch_dim, 0) for s in new])
+
+
+def check_step_module(module) -> None:
+    for attr in ("step", "zero_state"):
+        if not callable(getattr(module, attr, None)):
+            raise EdgesmithError(f"export-step-onnx needs a recurrent module with step() and zero_state(); "
+                                 f"{type(module).__name__} has no {attr}().",
+                                 "use it on token-lm models, or export stateless models with export-onnx.")
+
+
+def state_names(module) -> tuple[str, ...]:
+    st = module.zero_state(1)
+    if not hasattr(st, "_fields"):
+        raise EdgesmithError(f"{type(module).__name__}.zero_state() returns {type(st).__name__}, not a NamedTuple.",
+                             "return the state as a NamedTuple of tensors so each gets a name in the graph.")
+    return tuple(st._fields)
+
+
+def export_step_onnx(model: nn.Module, path, *, accuracy_level: int = 4, opset: int = 17,
+                     force: bool = False) -> dict:
+    """Write the step graph of ``model`` (fp or quantized) to ``path``; returns counts and the recurrent spec."""
+    from edgesmith.compress.rwkvquant.export import matmul_copy, rewrite_quantized
+
+    check_step_module(model)
+    names = state_names(model)
+    m, quantized = matmul_copy(model)
+    bdim = int(getattr(model, "state_batch_dim", 0))
+    state = model.zero_state(1)
+    batch_first = [s.movedim(bdim, 0).contiguous() for s in state]
+    args = (torch.zeros(1, dtype=torch.long), *batch_first)
+    outs = [f"{n}_out" for n in names]
+    dyn = {n: {0: "batch"} for n in (TOKEN_INPUT, LOGITS_OUTPUT, *names, *outs)}
+    buf = io.BytesIO()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(StepModule(m, type(state), bdim), args, buf, input_names=[TOKEN_INPUT, *names],
+                              output_names=[LOGITS_OUTPUT, *outs], opset_version=opset, dynamic_axes=dyn,
+                              dynamo=False)
+    except Exception as e:  # the exporter raises many types
+        raise EdgesmithError(f"ONNX export of the model's step failed: {str(e).splitlines()[0][:200]}",
+                             "the step must use standard ops; report this model configuration.") from None
+    g = onnx.load_from_string(buf.getvalue())
+    counts = rewrite_quantized(g, quantized, accuracy_level)
+    onnx.checker.check_model(g, full_check=True)
+    with atomic_path(path, force=force) as tmp:
+        onnx.save(g, str(tmp))
+    spec = {"input": TOKEN_INPUT, "output": LOGITS_OUTPUT, "state": [[n, o] for n, o in zip(names, outs)],
+            "state_shapes": {n: list(s.shape[1:]) for n, s in zip(names, batch_first)},
+            "state_dtypes": {n: str(s.dtype).replace("torch.", "") for n, s in zip(names, batch_first)}}
+    return {**counts, "recurrent": spec}
+
+
+@dataclass
+class ExportStepOnnxConfig(PassConfig):
+    """torch recurrent module (``step``/``zero_state``) -> ONNX step graph, state as inputs and outputs.
+
+    ``accuracy_level`` goes to MatMulNBits nodes of 4-bit layers (4: int8 activations, the fast CPU path).
+    """
+
+    kind: ClassVar[str] = "export-step-onnx"
+    input_format: ClassVar[str] = "torch"
+    output_format: ClassVar[str] = "onnx"
+
+    opset: int = 17
+    accuracy_level: int = 4
+
+    def validate(self) -> None:
+        if isinstance(self.opset, bool) or not isinstance(self.opset, int) or not 13 <= self.opset <= 21:
+            self._fail("opset", f"is {self.opset!r}", "use an ONNX opset from 13 to 21.")
+        if self.accuracy_level not in (0, 1, 2, 3, 4):
+            self._fail("accuracy_level", f"is {self.accuracy_level!r}", "use 0-4 (4: int8 activations).")
+
+
+@register_pass(ExportStepOnnxConfig)
+def _export_step(artifact: Artifact, config: ExportStepOnnxConfig, ctx: PassContext) -> PassResult:
+    path = ctx.workdir / "model.step.onnx"
+    res = export_step_onnx(artifact.module, path, accuracy_level=config.accuracy_level, opset=config.opset,
+                           force=True)
+    meta = {k: v for k, v in artifact.meta.items() if k != "input_shape"}
+    meta.update(recurrent=res["recurrent"], input_dtype="int64")
+    new = Artifact("onnx", path=path, meta=meta)
+    notes = [f"{res['matmulnbits']} linear(s) as MatMulNBits, {res['vq_gather']} as Gather-dequantize, "
+             f"{res['fp32_matmul']} fp32 MatMul; the sequence loop runs outside the graph (state fed back)"]
+    report = PassReport(config.to_dict(), "torch", "onnx", artifact.size_bytes(), new.size_bytes(), notes=notes,
+                        extra={k: res[k] for k in ("matmulnbits", "vq_gather", "fp32_matmul")})
+    return PassResult(new, report)
+
+
+def step_greedy_ort(path, prompt, n_new: int, threads: int = 1) -> list[int]:
+    """Greedy decoding of an exported step graph in onnxruntime, batch 1 (checks against ``torch_greedy``)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = threads, 1, 3
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    ins = [i for i in sess.get_inputs() if i.name != TOKEN_INPUT]
+    state = {i.name: np.zeros([1, *i.shape[1:]], np.float32) for i in ins}
+    outs = [o.name for o in sess.get_outputs()]
+
+    def step(tok):
+        res = dict(zip(outs, sess.run(None, {TOKEN_INPUT: np.array([tok], np.int64), **state})))
+        state.update({n: res[f"{n}_out"] for n in state})
+        return res[LOGITS_OUTPUT][0]
+
+    logits = None
+    for t in prompt:
+        logits = step(int(t))
+    out = []
+    for _ in range(n_new):
+        tok = int(np.argmax(logits))
+        out.append(tok)
+        logits = step(tok)
+    return out
+
+
+@torch.no_grad()
+def torch_greedy(model: nn.Module, prompt, n_new: int) -> list[int]:
+    """Greedy decoding with the torch module's own ``step`` (the reference for ``step_greedy_ort``)."""
+    state, logits = model.zero_state(1), None
+    for t in prompt:
+        logits, state = model.step(torch.tensor([int(t)]), state)
+    out = []
+    for _ in range(n_new):
+        tok = int(logits[0].argmax())
+        out.append(tok)
+        logits, state = model.step(torch.tensor([tok]), state)
+    return out

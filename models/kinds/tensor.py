@@ -1,0 +1,40 @@
+"""``tensor``: classifiers and regressors, one or more named inputs of any dtype, batch first."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from edgesmith.models.kinds.base import Kind, KindOptions, option, register_kind
+
+CALIBRATIONS = ("minmax", "percentile")
+
+
+@dataclass(frozen=True)
+class TensorOptions(KindOptions):
+    calibration: str = option("minmax", "int8 activation calibration: minmax or percentile")
+    percentile: float = option(99.99, "percentile of |activation| kept by percentile calibration")
+    int4_block_size: int = option(32, "weights per scale of the int4 MatMulNBits variant (16..256, power of 2)")
+    prune_sparsity: float = option(0.0, "add a magnitude-pruned + int8 variant at this sparsity (0 = none)")
+
+    def validate(self) -> None:
+        if self.calibration not in CALIBRATIONS:
+            self._fail("calibration", f"is {self.calibration!r}", f"use one of {', '.join(CALIBRATIONS)}.")
+        if isinstance(self.percentile, bool) or not isinstance(self.percentile, (int, float)) \
+                or not 90.0 <= float(self.percentile) <= 100.0:
+            self._fail("percentile", f"is {self.percentile!r}", "use a number from 90 to 100, e.g. 99.99.")
+        b = self.int4_block_size
+        if isinstance(b, bool) or not isinstance(b, int) or b < 16 or b > 256 or b & (b - 1):
+            self._fail("int4_block_size", f"is {b!r}", "use a power of two from 16 to 256.")
+        s = self.prune_sparsity
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0.0 <= float(s) < 1.0:
+            self._fail("prune_sparsity", f"is {s!r}", "use a fraction in [0, 1), e.g. 0.5.")
+
+
+@register_kind
+class TensorKind(Kind):
+    name = "tensor"
+    description = "tensors in, tensors out (classifiers, regressors); timed per batch, figure in samples/s"
+    unit = "sample"
+    default_batch_sizes = (1, 64)
+    export_pass = "export-onnx"
+    Options: ClassVar = TensorOptions

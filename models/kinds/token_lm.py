@@ -1,0 +1,48 @@
+"""``token-lm``: token ids in, logits out, with a recurrent state; perplexity; decode speed in tokens/s.
+
+A torch module of this kind has ``forward(tokens (B, T) int64) -> logits (B, T, V)`` (from the zero
+state), ``zero_state(batch)`` and ``step(token (B,), state) -> (logits (B, V), state)``, the state being
+a NamedTuple of tensors; ``export-step-onnx`` turns ``step`` into an ONNX graph whose state travels
+as inputs and outputs. A decode step is timed at each batch size (one new token per sequence).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from edgesmith.models.kinds.base import Kind, KindOptions, Speed, option, register_kind
+
+METHODS = ("rwkv-rtn", "rwkv-gptq", "rwkv-gptvq", "rwkvquant")
+
+
+@dataclass(frozen=True)
+class TokenLmOptions(KindOptions):
+    methods: tuple[str, ...] = option(METHODS, "weight quantizers to compare (pass kinds)")
+    bits: tuple[int, ...] = option((3, 4), "code bits of each quantizer (about 3.3 / 4.3 bits per weight)")
+    group_size: int = option(64, "weights per scale of scalar quantization")
+
+    def validate(self) -> None:
+        methods, bits = tuple(self.methods), tuple(self.bits)
+        if not methods or any(m not in METHODS for m in methods):
+            self._fail("methods", f"is {list(methods)!r}", f"choose from {', '.join(METHODS)}.")
+        if not bits or any(isinstance(b, bool) or b not in (2, 3, 4, 5, 6, 8) for b in bits):
+            self._fail("bits", f"is {list(bits)!r}", "use code bits such as 3 and 4.")
+        g = self.group_size
+        if isinstance(g, bool) or not isinstance(g, int) or g < 16 or g & (g - 1):
+            self._fail("group_size", f"is {g!r}", "use a power of two of at least 16, e.g. 64.")
+
+
+@register_kind
+class TokenLmKind(Kind):
+    name = "token-lm"
+    description = "token ids in, logits out, recurrent state; metric perplexity; decode speed in tokens/s"
+    unit = "token"
+    default_batch_sizes = (1,)
+    default_n_calibration = 64
+    variable_length = True
+    export_pass = "export-step-onnx"
+    Options: ClassVar = TokenLmOptions
+    required = (("vocab_size", "number of token ids the model takes"),)
+
+    def speed(self, p50_s: float, batch: int, producer, artifact) -> Speed:
+        return Speed("decode", batch / p50_s, "tokens/s")

@@ -1,0 +1,64 @@
+"""``export-step-onnx``: the one-step graph of a recurrent model, state batch first as inputs and outputs.
+
+onnxruntime decodes the same tokens as torch (fp32 and RWKVQuant-quantized), and a batch of whole
+sequences fed step by step (``runtimes.stateful``) gives the torch model's parallel-forward logits."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from edgesmith.common import EdgesmithError
+from edgesmith.compress import Artifact, PassContext, apply_pass
+from edgesmith.compress.export_step import ExportStepOnnxConfig, export_step_onnx, step_greedy_ort, torch_greedy
+from edgesmith.compress.rwkvquant import make_config, quantize_rwkv
+from edgesmith.models.rwkv.base import RWKVConfig
+from edgesmith.models.rwkv.checkpoint import build_model
+from edgesmith.runtimes import get_runtime
+from edgesmith.runtimes.stateful import run_sequence
+
+CALIB = np.random.default_rng(0).integers(0, 256, size=(4, 32))
+
+
+def tiny(version: int):
+    torch.manual_seed(version)
+    m = build_model(RWKVConfig(version=version, n_layer=2, n_embd=64, head_size=16)).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return m
+
+
+@pytest.mark.parametrize("version", [6, 7])
+def test_fp32_step_graph_decodes_torch_tokens_and_batched_sequences_match_the_parallel_forward(tmp_path, version):
+    m = tiny(version)
+    res = apply_pass(Artifact("torch", module=m), ExportStepOnnxConfig(accuracy_level=0),
+                     PassContext(workdir=tmp_path))
+    art = res.artifact
+    spec = art.meta["recurrent"]
+    assert spec["input"] == "token" and [s for s, _ in spec["state"]] == ["att_x", "ffn_x", "wkv"]
+    assert spec["state_shapes"]["att_x"] == [2, 64]  # (layers, channels) per sequence: batch moved first
+    assert step_greedy_ort(art.path, [1, 2, 3], 12) == torch_greedy(m, [1, 2, 3], 12)
+    tokens = np.random.default_rng(1).integers(0, 256, size=(3, 10))
+    rt = get_runtime("onnxruntime", threads=1).load(art)
+    logits, stats = run_sequence(rt, spec, tokens)
+    with torch.no_grad():
+        ref = m(torch.as_tensor(tokens))[0].numpy()
+    assert logits.shape == ref.shape and np.allclose(logits, ref, atol=1e-4) and stats["steps"] == 10
+
+
+def test_quantized_step_graph_uses_matmulnbits_and_vq_gather_and_matches_torch(tmp_path):
+    m = tiny(7)
+    q, rep = quantize_rwkv(m, CALIB, make_config("rwkvquant", bits=4, group_size=32, sq_percentile=60.0,
+                                                 kmeans_iters=3, n_calibration=4))
+    counts = export_step_onnx(q, tmp_path / "q.onnx", accuracy_level=0)
+    assert counts["matmulnbits"] == rep.extra["n_sq"] and counts["vq_gather"] == rep.extra["n_vq"] > 0
+    ops = {n.op_type for n in onnx.load(tmp_path / "q.onnx").graph.node}
+    assert {"MatMulNBits", "Gather"} <= ops
+    assert step_greedy_ort(tmp_path / "q.onnx", [4, 5], 12) == torch_greedy(q, [4, 5], 12)
+
+
+def test_a_module_without_a_step_is_refused_with_a_clear_error(tmp_path):
+    with pytest.raises(EdgesmithError, match="step"):
+        apply_pass(Artifact("torch", module=torch.nn.Linear(3, 2)), ExportStepOnnxConfig(), PassContext(workdir=tmp_path))
