@@ -6,9 +6,11 @@ Python API mirrors the command line::
 
     import edgesmith
     report_dir = edgesmith.deploy("digits-mlp", target="host-cpu", out="runs/digits-host")
-    edgesmith.deploy("model.onnx", target="jetson-orin-nano", calibration="calib.npz", out="runs/m")
-    edgesmith.quantize("model.onnx", pass_kind="int8-qdq", calibration="calib.npy", out="m.int8.onnx")
+    edgesmith.deploy("rwkv7-ref", target="host-cpu", options={"bits": [4]}, out="runs/rwkv")
+    edgesmith.quantize("model.onnx", "int8-qdq", calibration=calib_array, out="m.int8.onnx")
     edgesmith.targets(), edgesmith.producers(), edgesmith.passes(), edgesmith.kinds()
+
+(see ``edgesmith.bench.api`` for every argument).
 
 Attributes load on first use, so ``import edgesmith`` stays cheap (no torch) for the processes that
 only time an onnxruntime model.
@@ -19,7 +21,6 @@ __version__ = "0.2.0"
 
 # no API name may equal a subpackage name: `from edgesmith import models` must give the package
 _API = ("deploy", "quantize", "export", "targets", "producers", "passes", "kinds")
-_SUBPACKAGES = ("compress", "runtimes", "models", "hardware", "bench")
 
 __all__ = [*_API, "EdgesmithError", "__version__"]
 

@@ -167,20 +167,55 @@ class Config:
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
-def load_or_train(model, path: Path, train: Callable[[], Any]) -> Any:
-    """Load ``model``'s weights from the cache file ``path``, or call ``train()`` (which fits ``model``
-    in place) and cache the result atomically. A damaged cache entry is deleted and retrained, never
-    trusted. Returns what ``train`` returned, or None when the weights came from the cache."""
-    import torch
-
+def cached(path: str | os.PathLike, make: Callable[[], Any], *, load: Callable[[Path], Any],
+           save: Callable[[Any, Path], None]) -> tuple[Any, bool]:
+    """The one cache-or-build: ``load(path)`` if the cache entry is there and readable, else ``make()``,
+    saved atomically with ``save(value, tmp_path)``. A damaged or mismatched entry (``load`` raises) is
+    deleted and rebuilt, never trusted. Returns (value, whether it came from the cache)."""
     path = Path(path)
     if path.exists():
         try:
-            model.load_state_dict(torch.load(path, weights_only=True))
-            return None
-        except Exception:  # any unreadable or mismatched entry: retrain
+            return load(path), True
+        except Exception:  # any unreadable or mismatched entry: rebuild
             path.unlink(missing_ok=True)
-    result = train()
+    value = make()
     with atomic_path(path, force=True) as tmp:
-        torch.save(model.state_dict(), tmp)
-    return result
+        save(value, tmp)
+    return value, False
+
+
+def torch_cached(path: str | os.PathLike, make: Callable[[], Any], load: Callable[[Any], Any] | None = None) -> tuple[Any, bool]:
+    """``cached`` for torch-serialisable values (state dicts, dicts of tensors): ``make()`` builds the value
+    to store; ``load`` (optional) turns what was stored back into what the caller wants."""
+    import torch
+
+    return cached(path, make, load=lambda p: (load or (lambda v: v))(torch.load(p, weights_only=True)),
+                  save=lambda v, tmp: torch.save(v, tmp))
+
+
+def module_cached(path: str | os.PathLike, new: Callable[[], Any], make: Callable[[], Any]) -> tuple[Any, bool]:
+    """``cached`` for a torch module: its state dict is stored; a cache hit loads it into ``new()``.
+    ``make()`` returns the trained module. Returns (module in eval mode, whether it came from the cache)."""
+    import torch
+
+    def load(p):
+        module = new()
+        module.load_state_dict(torch.load(p, weights_only=True))
+        return module
+
+    module, hit = cached(path, make, load=load, save=lambda m, tmp: torch.save(m.state_dict(), tmp))
+    return module.eval(), hit
+
+
+def load_or_train(model, path: Path, train: Callable[[], Any]) -> Any:
+    """Load ``model``'s weights from the cache file ``path``, or call ``train()`` (which fits ``model``
+    in place) and cache its state dict. Returns what ``train`` returned, or None when the weights came
+    from the cache."""
+    result = {}
+
+    def make():
+        result["value"] = train()
+        return model.state_dict()
+
+    torch_cached(path, make, load=model.load_state_dict)
+    return result.get("value")

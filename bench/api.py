@@ -1,1 +1,197 @@
-"""The Python API (``import edgesmith``): the CLI's commands as functions. Filled in with the one pipeline."""
+"""The Python API, ``import edgesmith``: the command line's commands as functions.
+
+    import edgesmith
+    out = edgesmith.deploy("digits-mlp", target="host-cpu", out="runs/digits")        # -> report folder
+    out = edgesmith.deploy("rwkv7-ref", target="host-cpu", options={"bits": [4]}, out="runs/rwkv")
+    edgesmith.quantize("digits-mlp", "int8-qdq", out="m.int8.onnx")                     # -> written file
+    edgesmith.export("gbrl-cartpole", out="policy.onnx")
+    edgesmith.targets(); edgesmith.producers(); edgesmith.passes(); edgesmith.kinds()
+
+Arguments mirror the flags (``options`` = ``--option``, ``model_options`` = ``--model-option``); errors
+a user can fix raise ``edgesmith.EdgesmithError`` with ``problem`` and ``fix``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from edgesmith.common import EdgesmithError, atomic_path, write_json
+
+
+def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, options: dict | None = None,
+           model_options: dict | None = None, variants=(), batch_sizes=None, reps: int = 200, warmup: int = 20,
+           seed: int = 0, threads: int = 0, n_calibration: int | None = None, calibration_select: str = "first",
+           tvm: bool = True, tvm_tune_trials: int = 0, sensitivity: bool = False, force: bool = False,
+           progress: bool = False) -> Path:
+    """Run ``target``'s plan for ``model`` and write the report folder (default ``runs/MODEL-TARGET``)."""
+    from edgesmith.bench.deploy import DeployOptions
+    from edgesmith.bench.deploy import deploy as _deploy
+    from edgesmith.hardware import PlanOptions
+
+    opts = DeployOptions(model=model, target=target, out=Path(out or f"runs/{model}-{target}"), force=force, seed=seed,
+                         threads=threads, batch_sizes=batch_sizes, warmup=warmup, reps=reps,
+                         n_calibration=n_calibration, calibration_select=calibration_select, sensitivity=sensitivity,
+                         progress=progress, model_options=dict(model_options or {}),
+                         plan=PlanOptions(tvm=tvm, tvm_tune_trials=tvm_tune_trials, variants=tuple(variants),
+                                          options=dict(options or {})))
+    return _deploy(opts)
+
+
+def _producer(model: str, seed: int, model_options: dict | None):
+    from edgesmith.models import get_producer
+    from edgesmith.models.kinds import get_kind
+
+    producer = get_producer(model, seed=seed, **(model_options or {}))
+    kind = get_kind(producer.kind)
+    kind.check_producer(producer)
+    return producer.build(), kind
+
+
+def _check_out(*paths: Path, force: bool) -> None:
+    for p in paths:
+        if p.exists() and not force:
+            raise EdgesmithError(f"{p} already exists.", "choose another output path or pass --force.")
+
+
+def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed: int = 0,
+           model_options: dict | None = None, force: bool = False) -> Path:
+    """Write ``model`` with its kind's export pass (ONNX: a graph, a step graph or a tree ensemble)."""
+    from edgesmith.bench.deploy import source_artifact
+    from edgesmith.compress import PassContext, config_from_dict, run_passes
+
+    out = Path(out)
+    _check_out(out, force=force)
+    producer, kind = _producer(model, seed, model_options)
+    config = config_from_dict({"kind": kind.export_pass, **({"opset": opset} if opset else {})})
+    with tempfile.TemporaryDirectory() as work:
+        art, _ = run_passes(source_artifact(producer), [config], PassContext(
+            workdir=Path(work), example_input=producer.example_inputs(1), seed=seed))
+        with atomic_path(out, force=force) as tmp:
+            shutil.copyfile(art.path, tmp)
+    return out
+
+
+@dataclasses.dataclass
+class QuantizeResult:
+    """What ``quantize`` wrote: the file, its report, and the metric of the written file (producers only)."""
+
+    path: Path
+    report_path: Path
+    reports: list
+    evaluation: object = None
+
+
+def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike, options: dict | None = None,
+             calibration=None, n_calibration: int | None = None, seed: int = 0, model_options: dict | None = None,
+             sensitivity: bool = False, force: bool = False, progress: bool = False) -> QuantizeResult:
+    """Apply one pass to a producer's model or an ONNX file and write the result plus ``OUT.report.json``.
+
+    For a producer, the model is first exported with its kind's export pass when the pass takes a file,
+    and a pass that leaves a torch model (pruning, an RWKV quantizer) is followed by that export; the
+    written file is then scored with the producer's metric. ``calibration``: an array of inputs (needed by
+    static quantization of an ONNX file).
+    """
+    from edgesmith.bench.deploy import _artifact_scorer, predictor, source_artifact
+    from edgesmith.common import check_finite_array
+    from edgesmith.compress import Artifact, PassContext, config_from_dict, run_passes
+    from edgesmith.runtimes import get_runtime, runtime_for
+
+    out = Path(out)
+    report_path = out.with_suffix(out.suffix + ".report.json")
+    _check_out(out, report_path, force=force)
+    config = config_from_dict({"kind": pass_kind, **(options or {})})
+    calib = None if calibration is None else check_finite_array(calibration, "calibration data")
+    producer = None
+    if str(model).endswith(".onnx") or Path(model).exists():
+        art = onnx_artifact(Path(model))
+        passes, example, train = [config], None, None
+        if calib is not None:
+            calib = calib[: n_calibration or 128]
+    else:
+        producer, kind = _producer(model, seed, model_options)
+        art = source_artifact(producer)
+        calib = calib if calib is not None else producer.calibration_data(n_calibration or kind.default_n_calibration)
+        example, train = producer.example_inputs(1), producer.training_data()
+        export_cfg = config_from_dict({"kind": kind.export_pass})
+        passes = [export_cfg, config] if config.input_format != art.format and \
+            export_cfg.output_format == config.input_format else [config]
+        if passes[-1].output_format == "torch":  # e.g. pruning or an RWKV quantizer: write it in the kind's format
+            passes.append(export_cfg)
+    with tempfile.TemporaryDirectory() as work:
+        ctx = PassContext(workdir=Path(work), calibration=calib, example_input=example, seed=seed,
+                          sensitivity=sensitivity, progress=progress, train_data=train)
+        if sensitivity and producer is not None:
+            ctx.evaluate = _artifact_scorer(producer, os.cpu_count() or 1)
+        result, reports = run_passes(art, passes, ctx)
+        if result.path is None:
+            raise EdgesmithError(f"pass {config.kind!r} leaves an in-memory {result.format} model, not a file.",
+                                 "use `edgesmith deploy` for it, or a pass that writes a file.")
+        with atomic_path(out, force=force) as tmp:
+            shutil.copyfile(result.path, tmp)
+        write_json(report_path, {"input": str(model), "output": str(out), "format": result.format,
+                                 "passes": [r.to_dict() for r in reports]}, force=force)
+    evaluation = None
+    if producer is not None:
+        written = Artifact(result.format, path=out, meta=dict(result.meta))
+        rt = get_runtime(runtime_for(written)).load(written)
+        evaluation = producer.evaluate(predictor(rt, written))
+        evaluation.extra["runtime"] = rt.name
+    return QuantizeResult(out, report_path, reports, evaluation)
+
+
+def onnx_artifact(path: Path):
+    """A user's ONNX file as an artifact, after onnx's own checker (a bad file is one clear error)."""
+    import onnx
+
+    from edgesmith.compress import Artifact
+
+    if not path.is_file():
+        raise EdgesmithError(f"model file {path} does not exist.", "check the path.")
+    try:
+        model = onnx.load(str(path))
+        onnx.checker.check_model(model)
+    except Exception as e:  # onnx raises DecodeError, ValidationError, ...: all mean a bad file
+        raise EdgesmithError(f"{path} is not a valid ONNX model ({type(e).__name__}).",
+                             "re-export it, or check that the file was copied completely.") from None
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    shape = [d.dim_value if d.dim_value > 0 else None for d in dims[1:]]
+    return Artifact("onnx", path=path, meta={"input_shape": shape if None not in shape else None,
+                                             "input_name": model.graph.input[0].name})
+
+
+def targets() -> list[dict]:
+    """Every target: formats, the model kinds it runs, its cost model with each coefficient's source."""
+    from edgesmith.hardware import get_target, target_names
+
+    return [get_target(n).describe() for n in target_names()]
+
+
+def producers() -> list[dict]:
+    """Every registered model producer: name, kind, description, per-sample input shape, metric."""
+    from edgesmith.models import get_producer, producer_names
+
+    out = []
+    for n in producer_names():
+        p = get_producer(n)
+        out.append({"name": n, "kind": p.kind, "description": p.description, "input_shape": list(p.input_shape),
+                    "metric": p.metric.name})
+    return out
+
+
+def passes() -> list[dict]:
+    """Every compression/export pass with its formats and default options."""
+    from edgesmith.compress.base import pass_config_type, pass_kinds
+
+    return [{"kind": k, "input_format": pass_config_type(k).input_format,
+             "output_format": pass_config_type(k).output_format, "options": pass_config_type(k)().to_dict()}
+            for k in pass_kinds()]
+
+
+def kinds() -> list[dict]:
+    """Every model kind with its options (defaults and help)."""
+    from edgesmith.models.kinds import get_kind, kind_names
+
+    return [get_kind(n).describe() for n in kind_names()]

@@ -22,13 +22,12 @@ import argparse
 import dataclasses
 import json
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
+from edgesmith.bench import api
 from edgesmith.bench.recipe import deploy_options, load_recipe, parse_key_values
-from edgesmith.common import EdgesmithError, atomic_path, write_json
+from edgesmith.common import EdgesmithError, write_json
 
 # --- listing commands ---------------------------------------------------------------------------------
 
@@ -83,42 +82,11 @@ def cmd_passes(args) -> int:
     return 0
 
 
-# --- model sources ------------------------------------------------------------------------------------
+# --- export / quantize / bench -------------------------------------------------------------------------
 
 
-def _producer(model: str, seed: int, model_options: dict):
-    from edgesmith.models import get_producer
-    from edgesmith.models.kinds import get_kind
-
-    producer = get_producer(model, seed=seed, **model_options)
-    kind = get_kind(producer.kind)
-    kind.check_producer(producer)
-    return producer.build(), kind
-
-
-def _onnx_artifact(path: Path):
-    import onnx
-
-    from edgesmith.compress import Artifact
-
-    if not path.is_file():
-        raise EdgesmithError(f"model file {path} does not exist.", "check the path.")
-    try:
-        model = onnx.load(str(path))
-        onnx.checker.check_model(model)
-    except Exception as e:  # onnx raises DecodeError, ValidationError, ...: all mean a bad file
-        raise EdgesmithError(f"{path} is not a valid ONNX model ({type(e).__name__}).",
-                             "re-export it, or check that the file was copied completely.") from None
-    dims = model.graph.input[0].type.tensor_type.shape.dim
-    shape = [d.dim_value if d.dim_value > 0 else None for d in dims[1:]]
-    return Artifact("onnx", path=path, meta={"input_shape": shape if None not in shape else None,
-                                             "input_name": model.graph.input[0].name})
-
-
-def _load_calibration(path: str | None, n: int):
+def _load_calibration(path: str | None):
     import numpy as np
-
-    from edgesmith.common import check_finite_array
 
     if path is None:
         return None
@@ -126,91 +94,31 @@ def _load_calibration(path: str | None, n: int):
     if not p.is_file():
         raise EdgesmithError(f"calibration file {p} does not exist.", "pass a .npy array of input samples.")
     try:
-        x = np.load(p, allow_pickle=False)
+        return np.load(p, allow_pickle=False)
     except Exception:
         raise EdgesmithError(f"calibration file {p} is not a readable .npy array.", "save it with numpy.save.") from None
-    return check_finite_array(x.astype(np.float32)[:n], "calibration data")
-
-
-def _check_out(out: Path, force: bool, *extra: Path) -> None:
-    for p in (out, *extra):
-        if p.exists() and not force:
-            raise EdgesmithError(f"{p} already exists.", "choose another --out or pass --force.")
-
-
-# --- export / quantize / bench -------------------------------------------------------------------------
 
 
 def cmd_export(args) -> int:
-    from edgesmith.bench.deploy import source_artifact
-    from edgesmith.compress import PassContext, config_from_dict, run_passes
-
-    out = Path(args.out)
-    _check_out(out, args.force)
-    producer, kind = _producer(args.model, args.seed, parse_key_values(args.model_option, "--model-option"))
-    config = config_from_dict({"kind": kind.export_pass, **({"opset": args.opset} if args.opset else {})})
-    with tempfile.TemporaryDirectory() as work:
-        art, _ = run_passes(source_artifact(producer), [config], PassContext(
-            workdir=Path(work), example_input=producer.example_inputs(1), seed=args.seed))
-        with atomic_path(out, force=args.force) as tmp:
-            shutil.copyfile(art.path, tmp)
-    print(f"wrote {out} ({config.kind})")
+    out = api.export(args.model, args.out, opset=args.opset, seed=args.seed, force=args.force,
+                     model_options=parse_key_values(args.model_option, "--model-option"))
+    print(f"wrote {out}")
     return 0
 
 
 def cmd_quantize(args) -> int:
-    from edgesmith.compress import PassContext, config_from_dict, run_passes
-
-    out = Path(args.out)
-    report_path = out.with_suffix(out.suffix + ".report.json")
-    _check_out(out, args.force, report_path)
-    config = config_from_dict({"kind": args.pass_kind, **parse_key_values(args.option, "--option")})
-    calib = _load_calibration(args.calibration_data, args.n_calibration or 128)
-    model_path = Path(args.model)
-    producer = None
-    if args.model.endswith(".onnx") or model_path.exists():
-        art = _onnx_artifact(model_path)
-        passes, example, train = [config], None, None
-    else:
-        from edgesmith.bench.deploy import source_artifact
-
-        producer, kind = _producer(args.model, args.seed, parse_key_values(args.model_option, "--model-option"))
-        art = source_artifact(producer)
-        n = args.n_calibration or kind.default_n_calibration
-        calib = calib if calib is not None else producer.calibration_data(n)
-        example, train = producer.example_inputs(1), producer.training_data()
-        export = config_from_dict({"kind": kind.export_pass})
-        passes = [export, config] if config.input_format != art.format and export.output_format == config.input_format \
-            else [config]
-        if passes[-1].output_format == "torch":  # e.g. pruning or an RWKV quantizer: write it in the kind's format
-            passes.append(export)
-    with tempfile.TemporaryDirectory() as work:
-        ctx = PassContext(workdir=Path(work), calibration=calib, example_input=example, seed=args.seed,
-                          sensitivity=args.sensitivity, progress=not args.quiet, train_data=train)
-        if args.sensitivity and producer is not None:
-            from edgesmith.bench.deploy import _artifact_scorer
-
-            ctx.evaluate = _artifact_scorer(producer, os.cpu_count() or 1)
-        result, reports = run_passes(art, passes, ctx)
-        if result.path is None:
-            raise EdgesmithError(f"pass {config.kind!r} leaves an in-memory {result.format} model, not a file.",
-                                 "use `edgesmith deploy` for it, or a pass that writes a file.")
-        with atomic_path(out, force=args.force) as tmp:
-            shutil.copyfile(result.path, tmp)
-        write_json(report_path, {"input": args.model, "output": str(out), "format": result.format,
-                                 "passes": [r.to_dict() for r in reports]}, force=args.force)
-    final = next(r for r in reports if r.config["kind"] == config.kind)  # the user's pass, not the export
-    print(f"wrote {out} ({final.size_before_bytes:,} -> {final.size_after_bytes:,} bytes"
-          + (f", {final.bits_per_weight:.2f} bits/weight" if final.bits_per_weight else "") + f"); report {report_path}")
-    if producer is not None:
-        from edgesmith.bench.deploy import predictor
-        from edgesmith.compress import Artifact
-        from edgesmith.runtimes import get_runtime, runtime_for
-
-        written = Artifact(result.format, path=out, meta=dict(result.meta))
-        rt = get_runtime(runtime_for(written)).load(written)
-        ev = producer.evaluate(predictor(rt, written))
-        print(f"{ev.metric.name} of the written file ({ev.n_samples} held-out samples, {rt.name}): {ev.value:.4f}")
+    res = api.quantize(args.model, args.pass_kind, out=args.out, options=parse_key_values(args.option, "--option"),
+                       calibration=_load_calibration(args.calibration_data), n_calibration=args.n_calibration,
+                       seed=args.seed, model_options=parse_key_values(args.model_option, "--model-option"),
+                       sensitivity=args.sensitivity, force=args.force, progress=not args.quiet)
+    final = next(r for r in res.reports if r.config["kind"] == args.pass_kind)  # the user's pass, not the export
+    print(f"wrote {res.path} ({final.size_before_bytes:,} -> {final.size_after_bytes:,} bytes"
+          + (f", {final.bits_per_weight:.2f} bits/weight" if final.bits_per_weight else "")
+          + f"); report {res.report_path}")
+    ev = res.evaluation
+    if ev is not None:
+        print(f"{ev.metric.name} of the written file ({ev.n_samples} held-out samples, {ev.extra['runtime']}): "
+              f"{ev.value:.4f}")
     return 0
 
 
@@ -219,7 +127,7 @@ def cmd_bench(args) -> int:
 
     from edgesmith.bench.latency import measure_isolated
 
-    art = _onnx_artifact(Path(args.artifact))
+    art = api.onnx_artifact(Path(args.artifact))
     shape = art.meta.get("input_shape")
     if args.input_shape:
         try:
@@ -289,6 +197,8 @@ def _add_deploy_flags(p: argparse.ArgumentParser) -> None:
                    help="how calibration samples are chosen: first (default), random or influence")
     p.add_argument("--tvm-tune-trials", dest="tvm_tune_trials", type=int,
                    help="also run TVM tuned with this many fresh MetaSchedule trials")
+    p.add_argument("--tvm-records", dest="tvm_records", action="store_true",
+                   help="also a TVM row scheduled from tuning records (shipped, or cached by an earlier tune)")
     p.add_argument("--no-tvm", dest="no_tvm", action="store_true", help="leave TVM rows out")
     p.add_argument("--variant", action="append", help="only these variants (repeatable)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",

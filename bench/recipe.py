@@ -5,7 +5,7 @@ A deploy recipe::
     model = "digits-mlp"          # a producer name
     target = "host-cpu"
     seed = 0
-    [plan]                        # tvm, tvm_tune_trials, variants
+    [plan]                        # tvm, tvm_tune_trials, tvm_records, variants
     variants = ["fp32", "int8"]
     [bench]                       # batch_sizes, warmup, reps, n_calibration, calibration_select
     reps = 200
@@ -27,7 +27,7 @@ from pathlib import Path
 from edgesmith.common import EdgesmithError
 
 TOP = {"model": str, "target": str, "out": str, "seed": int, "threads": int, "force": bool, "sensitivity": bool}
-PLAN = {"tvm": bool, "tvm_tune_trials": int, "variants": list}
+PLAN = {"tvm": bool, "tvm_tune_trials": int, "tvm_records": bool, "variants": list}
 BENCH = {"batch_sizes": list, "warmup": int, "reps": int, "n_calibration": int, "calibration_select": str}
 TABLES = {"plan": PLAN, "bench": BENCH, "options": None, "model_options": None}
 _TYPE_NAMES = {str: "a string", int: "a whole number", bool: "true or false", list: "a list"}
@@ -126,6 +126,8 @@ def deploy_options(args, recipe: dict, overrides: dict | None = None):
         plan_kw["tvm_tune_trials"] = args.tvm_tune_trials
     if getattr(args, "no_tvm", False):
         plan_kw["tvm"] = False
+    if getattr(args, "tvm_records", False):
+        plan_kw["tvm_records"] = True
     if getattr(args, "variant", None):
         plan_kw["variants"] = tuple(args.variant)
     plan_kw["options"] = {**recipe.get("options", {}), **parse_key_values(getattr(args, "option", None), "--option")}

@@ -133,14 +133,16 @@ class PlanOptions:
     """
 
     tvm: bool = True
-    tvm_tune_trials: int = 0  # 0: no fresh tuning (shipped or cached tuning records still apply)
+    tvm_tune_trials: int = 0  # 0: no fresh tuning
+    tvm_records: bool = False  # also a TVM row scheduled from tuning records (shipped, or cached by a fresh tune)
     variants: tuple[str, ...] = ()  # empty: all the target offers
     options: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.variants = tuple(self.variants)
-        if not isinstance(self.tvm, bool):
-            raise EdgesmithError(f"plan option tvm is {self.tvm!r}.", "use true or false.")
+        for name in ("tvm", "tvm_records"):
+            if not isinstance(getattr(self, name), bool):
+                raise EdgesmithError(f"plan option {name} is {getattr(self, name)!r}.", "use true or false.")
         n = self.tvm_tune_trials
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise EdgesmithError(f"tvm_tune_trials is {n!r}.", "use a whole number >= 0 (0: no fresh tuning).")

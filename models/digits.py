@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
-from edgesmith.common import atomic_path, cache_dir, seed_everything
+from edgesmith.common import cache_dir, load_or_train, seed_everything
 
 
 def _load_digits_split(seed: int):
@@ -62,24 +62,14 @@ class DigitsMLP(Producer):
 
     def build(self) -> "DigitsMLP":
         """Train (deterministically for the seed), or load the identical weights cached by an earlier run."""
-        cached = self._cache_path()
-        if cached.exists():
-            module = self._make_module()
-            try:
-                module.load_state_dict(torch.load(cached, weights_only=True))
-                self.module_ = module.eval()
-                return self
-            except Exception:  # a damaged cache entry is rebuilt, never trusted
-                cached.unlink(missing_ok=True)
-        self._fit()
-        with atomic_path(cached, force=True) as tmp:
-            torch.save(self.module_.state_dict(), tmp)
-        return self
-
-    def _fit(self) -> None:
-        x_tr, _, y_tr, _ = self._split()
         seed_everything(self.seed)
         module = self._make_module()
+        load_or_train(module, self._cache_path(), lambda: self._fit(module))
+        self.module_ = module.eval()
+        return self
+
+    def _fit(self, module) -> None:
+        x_tr, _, y_tr, _ = self._split()
         opt = torch.optim.Adam(module.parameters(), lr=self.lr)
         xt, yt = torch.from_numpy(x_tr), torch.from_numpy(y_tr)
         gen = torch.Generator().manual_seed(self.seed)
@@ -91,8 +81,6 @@ class DigitsMLP(Producer):
             self._train(module, opt, xt, yt, gen)
         finally:
             torch.set_num_threads(threads)
-        module.eval()
-        self.module_ = module
 
     def _train(self, module, opt, xt, yt, gen) -> None:
         for _ in range(self.epochs):

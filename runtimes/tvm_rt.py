@@ -20,8 +20,14 @@ import, the tuning process loads only the CPU intrinsics, and the budget is spli
 kernels. Kernels with no valid trial keep the untuned dlight schedule (``tuned_kernels`` in the
 stats counts the others). Tuning times real kernels, so two tunes may differ despite the seed.
 
+Tuning records (``records=True``, with ``tune_trials=0``): no fresh tuning; the schedules MetaSchedule
+found earlier are applied from the records shipped in ``runtimes/tvm_records/`` (tuned here for the
+demo's models) and from those every fresh tune adds to ``cache_dir() / "tvm" / "records"``. Records
+match kernels by structure (shapes and dtypes, not weights) and target; a model none of whose
+kernels has a record is refused (``tuned_kernels`` 0 would only repeat the untuned row).
+
 Compiled libraries are cached on disk (``cache_dir() / "tvm"``), keyed by the ONNX bytes, input
-shape, target, trial count and TVM version, so another process loads them instead of recompiling
+shape, target, trial count, the records applied and TVM version, so another process loads them instead of recompiling
 or retuning; a damaged entry is rebuilt. A JSON sidecar keeps what the compile did. Run stats:
 ``compile_s`` (seconds this process spent compiling, and tuning, the module that served the call;
 0 when it came from the disk cache), ``cache_hit``, ``tune_trials``, ``target``, ``threads``,
@@ -64,7 +70,9 @@ _CACHE_VERSION = 1  # bump when what goes into a cached library changes
 _TUNE_SEED = 0
 _BUILD_TIMEOUT_S = 300.0  # per MetaSchedule build batch; generous because small CPUs are slow
 _RUN_TIMEOUT_S = 120.0
-_OPTIONS = ("tune_trials",)
+_OPTIONS = ("tune_trials", "records")
+SHIPPED_RECORDS = Path(__file__).resolve().parent / "tvm_records"
+_RECORD_FILES = ("database_workload.json", "database_tuning_record.json")
 _USE_ONNXRUNTIME = ("run this model with the onnxruntime runtime instead (--runtime onnxruntime); "
                     "it runs every standard ONNX operator and onnxruntime's com.microsoft ones.")
 
@@ -121,6 +129,7 @@ class TvmRuntime(Runtime):
 
     def _load(self, artifact: Artifact) -> None:
         self.tune_trials_ = _checked_tune_trials(self.options)
+        self.records_ = bool(self.options.get("records", False)) and self.tune_trials_ == 0
         self.threads_ = _resolve_threads(self.threads)
         os.environ.setdefault("TVM_BIND_THREADS", "0")  # before TVM starts its pool; see module docstring
         import onnx
@@ -157,6 +166,7 @@ class TvmRuntime(Runtime):
             "threads": used,
             "target": str(self.target_),
             "tune_trials": self.tune_trials_,
+            "records": self.records_,
             "compile_s": compiled.compile_s,
             "cache_hit": compiled.cache_hit,
             "batch": int(x.shape[0]),
@@ -182,7 +192,7 @@ class TvmRuntime(Runtime):
                                  tuned_kernels=meta.get("tuned_kernels"), path=lib_path)
         t0 = time.perf_counter()
         ex, kernels, tuned = build_module(self.model_, self.input_name_, shape, self.target_, self.tune_trials_,
-                                          what=str(self.artifact_.path))
+                                          what=str(self.artifact_.path), records=self.records_)
         compile_s = time.perf_counter() - t0
         with atomic_path(lib_path, force=True) as tmp:
             ex.export_library(str(tmp))
@@ -196,10 +206,10 @@ class TvmRuntime(Runtime):
         import tvm
 
         key = json.dumps({"v": _CACHE_VERSION, "onnx": self.digest_, "input": self.input_name_, "shape": list(shape),
-                          "target": str(self.target_), "tune_trials": self.tune_trials_, "tvm": tvm.__version__},
-                         sort_keys=True)
+                          "target": str(self.target_), "tune_trials": self.tune_trials_, "tvm": tvm.__version__,
+                          "records": records_digest() if self.records_ else None}, sort_keys=True)
         digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-        tuned = f"t{self.tune_trials_}" if self.tune_trials_ else "untuned"
+        tuned = f"t{self.tune_trials_}" if self.tune_trials_ else ("records" if self.records_ else "untuned")
         return cache_dir() / "tvm" / f"{self.artifact_.path.stem}-b{shape[0]}-{tuned}-{digest}.so"
 
 
@@ -220,8 +230,9 @@ def host_target(threads: int):
     return Target(spec)
 
 
-def build_module(model, input_name: str, shape: tuple[int, ...], target, tune_trials: int, *, what: str = "the model"):
-    """Import ``model`` for ``shape``, schedule it (tuned or not) and compile it.
+def build_module(model, input_name: str, shape: tuple[int, ...], target, tune_trials: int, *, what: str = "the model",
+                 records: bool = False):
+    """Import ``model`` for ``shape``, schedule it (tuned, from tuning records, or not) and compile it.
 
     Returns the executable, the number of TIR kernels and how many of them got a tuned schedule.
     Import and compile failures become ``EdgesmithError``s that point to onnxruntime.
@@ -246,8 +257,14 @@ def build_module(model, input_name: str, shape: tuple[int, ...], target, tune_tr
             ])(mod)
         if tune_trials > 0:
             mod = _tune(mod, target, tune_trials)
+        elif records:
+            mod = _apply_records(mod, target)
         kernels = [f for _, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
         n_tuned = sum(bool(f.attrs and f.attrs.get("tirx.is_scheduled")) for f in kernels)
+        if records and tune_trials == 0 and n_tuned == 0:
+            raise EdgesmithError(f"no TVM tuning record matches a kernel of {what} on {target}.",
+                                 "tune it once with --tvm-tune-trials N (the records are then cached for later runs), "
+                                 "or leave the records row out.")
         with target:
             mod = dlight.ApplyDefaultSchedule(dlight.cpu.GEMV(), dlight.cpu.Reduction())(mod)
         ex = tvm.compile(mod, target=target)
@@ -286,10 +303,65 @@ def _tune(mod, target, trials: int):
                     mod, {}, target, work_dir, trials, max_trials_per_task=per_task, num_trials_per_iter=per_task,
                     builder=ms.builder.LocalBuilder(f_build=_light_build_fn(), timeout_sec=_BUILD_TIMEOUT_S),
                     runner=ms.runner.LocalRunner(timeout_sec=_RUN_TIMEOUT_S), seed=_TUNE_SEED)
+            _save_records(work_dir)
             with target:
                 return relax.transform.MetaScheduleApplyDatabase(work_dir)(mod)
     finally:
         ms_logger.setLevel(level)
+
+
+def record_dirs() -> list[Path]:
+    """Tuning-record databases to apply: the shipped one, then the cache's (each only if it has records)."""
+    dirs = [SHIPPED_RECORDS, cache_dir() / "tvm" / "records"]
+    return [d for d in dirs if all((d / f).is_file() and (d / f).stat().st_size for f in _RECORD_FILES)]
+
+
+def records_digest() -> str:
+    """A hash of every record database's bytes: compiled libraries depend on the records applied."""
+    h = hashlib.sha256()
+    for d in record_dirs():
+        for f in _RECORD_FILES:
+            h.update((d / f).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _apply_records(mod, target):
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    dbs = [ms.database.JSONDatabase(work_dir=str(d), allow_missing=False) for d in record_dirs()]
+    if not dbs:
+        return mod
+    db = dbs[0] if len(dbs) == 1 else ms.database.UnionDatabase(*dbs)
+    with target, db:
+        return relax.transform.MetaScheduleApplyDatabase()(mod)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``path`` (processes sharing a cache take turns)."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _save_records(work_dir: str) -> None:
+    """Add a fresh tune's records to the cache's database, so ``records=True`` runs reuse them."""
+    from tvm.s_tir import meta_schedule as ms
+
+    src = ms.database.JSONDatabase(work_dir=work_dir, allow_missing=False)
+    dst_dir = cache_dir() / "tvm" / "records"
+    with _locked(dst_dir / ".lock"):
+        dst = ms.database.JSONDatabase(work_dir=str(dst_dir), allow_missing=True)
+        for rec in src.get_all_tuning_records():
+            wl = dst.commit_workload(rec.workload.mod)
+            dst.commit_tuning_record(ms.database.TuningRecord(rec.trace, wl, rec.run_secs, rec.target, rec.args_info))
 
 
 @contextlib.contextmanager
@@ -342,6 +414,8 @@ def _checked_tune_trials(options: dict) -> int:
     if unknown:
         raise EdgesmithError(f"runtime 'tvm' has no option(s) {', '.join(unknown)}.",
                              f"valid options: {', '.join(_OPTIONS)}.")
+    if not isinstance(options.get("records", False), bool):
+        raise EdgesmithError(f"tvm: records is {options['records']!r}.", "use true or false.")
     n = options.get("tune_trials", 0)
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise EdgesmithError(f"tvm: tune_trials is {n!r}.",

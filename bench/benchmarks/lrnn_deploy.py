@@ -1,9 +1,9 @@
-"""``edgesmith deploy lrnn --target loihi2``: the whole sparse-LRNN plan, from data to the report.
+"""The sparse-LRNN paper claim (Loihi 2 vs Jetson per 8 ms step, bit-exact Lava, width x sparsity sweep): a script.
 
     .venv/bin/python -m edgesmith.bench.benchmarks.lrnn_deploy --out runs/lrnn [--force] [--quick]
         [--lava-clips N] [--no-sweep | --sweep-from runs/lrnn-sweep]
 
-Stages (each model is cached under edgesmith.common.cache_dir(), so a second run only re-scores):
+Stages (each model is cached under edgesmith.common.cache_dir() by its pass, so a second run only re-scores):
   1. dense float S5 denoiser (producer ``lrnn-denoiser``);
   2. iterative magnitude pruning to 90% (ERK, cubic schedule 5%..90% of fine-tuning);
   3. quantization-aware fine-tuning (w8a16) with the masks held, then the fixed-point conversion;
@@ -19,10 +19,9 @@ atomically. Settings and timings on 2 cores: see LrnnPlan and the producer's doc
 from __future__ import annotations
 
 import argparse
-import copy
-import hashlib
 import json
 import shutil
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,14 +29,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from edgesmith.bench.deploy import source_artifact
+from edgesmith.compress import PassContext, run_passes
 from edgesmith.compress.lrnn import fixed as F
-from edgesmith.compress.lrnn.prune import ImpConfig, Pruner, prune_finetune
+from edgesmith.compress.lrnn.train_passes import PruneLrnnConfig, QatLrnnConfig
 from edgesmith.hardware import Workload, get_target
 from edgesmith.hardware.workload import workload_from_activity
 from edgesmith.models import get_producer
-from edgesmith.common import Config, EdgesmithError, atomic_path, cache_dir, write_json
+from edgesmith.common import Config, EdgesmithError, atomic_path, write_json
 from edgesmith.models.lrnn.data import apply_mask, istft, si_snr, stft, stoi
-from edgesmith.models.lrnn.train import TrainConfig, score, torch_mask_fn
+from edgesmith.models.lrnn.train import score, torch_mask_fn
 from edgesmith.runtimes import lrnn_ref
 
 STEP_S = 0.008  # one STFT hop of 128 samples at 16 kHz
@@ -67,42 +68,17 @@ class LrnnPlan(Config):
                        "use prune_epochs >= 1, qat_epochs >= 0 and n_calibration >= 1.")
 
 
-def _cached(key: str, model: torch.nn.Module, make) -> torch.nn.Module:
-    """Load ``model``'s state from the cache entry for ``key``, or run ``make(model)`` and store it."""
-    path = cache_dir() / "models" / f"lrnn-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
-    if path.exists():
-        try:
-            model.load_state_dict(torch.load(path, weights_only=True))
-            return model.eval()
-        except Exception:  # a damaged cache entry is rebuilt, never trusted
-            path.unlink(missing_ok=True)
-    make(model)
-    with atomic_path(path, force=True) as tmp:
-        torch.save(model.state_dict(), tmp)
-    return model.eval()
-
-
 def compress_models(prod, plan: LrnnPlan, log=print) -> dict:
-    """Dense, 90%-sparse float and sparse QAT models (copies; the producer's module is left as it was)."""
-    train = prod.splits()["train"]
-    base = repr((prod._cache_path().name, plan.sparsity, plan.prune_epochs, plan.prune_end, plan.qat_epochs,
-                 plan.quick, plan.seed))
+    """Dense, 90%-sparse float and sparse QAT models, made by the prune-lrnn and qat-lrnn passes (cached
+    there; the producer's module is left as it was)."""
     epochs = (1, 1) if plan.quick else (plan.prune_epochs, plan.qat_epochs)
-
-    def prune(m):
-        prune_finetune(m, train, ImpConfig(sparsity=plan.sparsity, end=plan.prune_end),
-                       TrainConfig(epochs=epochs[0], lr=1e-3, seed=plan.seed), log=log)
-
-    sparse = _cached(base + "|sparse", copy.deepcopy(prod.module), prune)
-
-    def qat(m):
-        pruner = Pruner(m)
-        pruner.masks = [p[0].detach() != 0 for _, p in m.prunable()]
-        F.qat_finetune(m, train, TrainConfig(epochs=epochs[1], lr=3e-4, seed=plan.seed),
-                       after_step=lambda s, t: pruner.apply(), log=log)
-
-    qat_model = _cached(base + "|qat", copy.deepcopy(sparse), qat)
-    return {"dense": prod.module, "sparse": sparse, "qat": qat_model}
+    prune = PruneLrnnConfig(sparsity=plan.sparsity, epochs=epochs[0], end=plan.prune_end, seed=plan.seed)
+    with tempfile.TemporaryDirectory() as work:
+        ctx = PassContext(workdir=Path(work), train_data=prod.training_data())
+        sparse, _ = run_passes(source_artifact(prod), [prune], ctx)
+        qat, _ = run_passes(sparse, [QatLrnnConfig(epochs=epochs[1], seed=plan.seed)], ctx)
+    log(f"pruned to {plan.sparsity:.0%} and QAT fine-tuned (or loaded from the cache)")
+    return {"dense": prod.module, "sparse": sparse.module, "qat": qat.module}
 
 
 def _fixed_masks(net: dict, feat: np.ndarray) -> tuple[np.ndarray, dict, float]:

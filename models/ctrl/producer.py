@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
-from edgesmith.common import atomic_path, cache_dir
+from edgesmith.common import cache_dir, module_cached
 from edgesmith.models.ctrl.config import CtrlConfig
 from edgesmith.models.ctrl.critic import FEATURES, CriticNet, encode_batch
 from edgesmith.models.ctrl.train import grpo, iterate, network_policy, no_critique_policy, sft
@@ -70,19 +70,11 @@ class CtrlCritic(Producer):
         return cache_dir() / "models" / f"{self.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
 
     def build(self) -> "CtrlCritic":
-        path = self._cache_path()
-        if path.exists():
-            net = CriticNet(self.cfg.hidden, seed=self.seed)
-            try:
-                net.load_state_dict(torch.load(path, weights_only=True))
-                self.module_ = net.eval()
-                return self
-            except Exception:  # a damaged cache entry is retrained, never trusted
-                path.unlink(missing_ok=True)
-        net, self.history_ = train_critic(self.cfg)
-        with atomic_path(path, force=True) as tmp:
-            torch.save(net.state_dict(), tmp)
-        self.module_ = net
+        def make():
+            net, self.history_ = train_critic(self.cfg)
+            return net
+
+        self.module_ = module_cached(self._cache_path(), lambda: CriticNet(self.cfg.hidden, seed=self.seed), make)[0]
         return self
 
     def calibration_data(self, n: int = 128) -> np.ndarray:

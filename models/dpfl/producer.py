@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
-from edgesmith.common import atomic_path, cache_dir
+from edgesmith.common import cache_dir, torch_cached
 from edgesmith.models.distributed.launch import launch
 from edgesmith.models.dpfl.config import DPFLConfig
 from edgesmith.models.dpfl.worker import data_of
@@ -56,28 +56,21 @@ class DPFLLogReg(Producer):
         return lin.eval()
 
     def build(self) -> "DPFLLogReg":
-        path = self._cache_path()
-        if path.exists():
-            try:
-                state = torch.load(path, weights_only=False)
-                theta = state["theta"]
-                if tuple(theta.shape) != (self.config.dim + 1,):
-                    raise ValueError("cached model has the wrong shape")
-                self.run_info_ = state["info"]
-                self.module_ = self._module(theta)
-                return self
-            except Exception:  # a damaged cache entry is retrained, never trusted
-                path.unlink(missing_ok=True)
-        res = launch("edgesmith.models.dpfl.worker", {"runs": [self.config.to_dict()]}, nproc=self.processes,
-                     timeout_s=self.timeout_s)
-        run = res.result["runs"][0]
-        theta = torch.tensor(run["theta"], dtype=torch.float64)
-        info = {k: run[k] for k in ("sigma", "epsilon_spent", "excess_loss", "rounds", "bytes_sent_per_worker")}
-        info["launch"] = res.to_dict()
-        with atomic_path(path, force=True) as tmp:
-            torch.save({"theta": theta, "info": info}, tmp)
-        self.run_info_ = info
-        self.module_ = self._module(theta)
+        def make():
+            res = launch("edgesmith.models.dpfl.worker", {"runs": [self.config.to_dict()]}, nproc=self.processes,
+                         timeout_s=self.timeout_s)
+            run = res.result["runs"][0]
+            info = {k: run[k] for k in ("sigma", "epsilon_spent", "excess_loss", "rounds", "bytes_sent_per_worker")}
+            return {"theta": torch.tensor(run["theta"], dtype=torch.float64), "info": {**info, "launch": res.to_dict()}}
+
+        def checked(state):
+            if tuple(state["theta"].shape) != (self.config.dim + 1,):
+                raise ValueError("cached model has the wrong shape")
+            return state
+
+        state, _ = torch_cached(self._cache_path(), make, load=checked)
+        self.run_info_ = state["info"]
+        self.module_ = self._module(state["theta"])
         return self
 
     def calibration_data(self, n: int = 128) -> np.ndarray:

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
-from edgesmith.common import EdgesmithError, atomic_path, cache_dir
+from edgesmith.common import EdgesmithError, cache_dir, torch_cached
 from edgesmith.models.distributed.launch import launch
 from edgesmith.models.eflanding.config import EFLandingConfig
 from edgesmith.models.eflanding.pca import explained_variance_ratio
@@ -67,31 +67,26 @@ class EFLandingPCA(Producer):
         return cache_dir() / "models" / f"{self.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
 
     def build(self) -> "EFLandingPCA":
-        path = self._cache_path()
-        if path.exists():
-            try:
-                state = torch.load(path, weights_only=True)
-                x = state["x"]
-                if tuple(x.shape) != (self.config.n, self.config.p):
-                    raise ValueError("cached X has the wrong shape")
-                self.x_, self.run_info_ = x, state["info"]
-                self.module_ = PCAReconstruction(x).eval()
-                return self
-            except Exception:  # a damaged cache entry is retrained, never trusted
-                path.unlink(missing_ok=True)
-        res = launch("edgesmith.models.eflanding.worker", {"runs": [self.config.to_dict()]}, nproc=self.config.workers,
-                     timeout_s=self.timeout_s)
-        run = res.result["runs"][0]
-        x = torch.tensor(run["x"], dtype=torch.float64)
-        if not torch.isfinite(x).all():
-            raise EdgesmithError("EF-Landing diverged (non-finite X).", "lower eta or use a milder compressor.")
-        h = run["history"]
-        info = {"gap": h["gap"][-1], "feasibility": h["feasibility"][-1],
-                "floats_sent_per_worker": h["floats_sent_per_worker"][-1], "launch": res.to_dict()}
-        with atomic_path(path, force=True) as tmp:
-            torch.save({"x": x, "info": info}, tmp)
-        self.x_, self.run_info_ = x, info
-        self.module_ = PCAReconstruction(x).eval()
+        def make():
+            res = launch("edgesmith.models.eflanding.worker", {"runs": [self.config.to_dict()]},
+                         nproc=self.config.workers, timeout_s=self.timeout_s)
+            run = res.result["runs"][0]
+            x = torch.tensor(run["x"], dtype=torch.float64)
+            if not torch.isfinite(x).all():
+                raise EdgesmithError("EF-Landing diverged (non-finite X).", "lower eta or use a milder compressor.")
+            h = run["history"]
+            return {"x": x, "info": {"gap": h["gap"][-1], "feasibility": h["feasibility"][-1],
+                                     "floats_sent_per_worker": h["floats_sent_per_worker"][-1],
+                                     "launch": res.to_dict()}}
+
+        def checked(state):
+            if tuple(state["x"].shape) != (self.config.n, self.config.p):
+                raise ValueError("cached X has the wrong shape")
+            return state
+
+        state, _ = torch_cached(self._cache_path(), make, load=checked)
+        self.x_, self.run_info_ = state["x"], state["info"]
+        self.module_ = PCAReconstruction(self.x_).eval()
         return self
 
     def calibration_data(self, n: int = 128) -> np.ndarray:

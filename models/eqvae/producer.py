@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
-from edgesmith.common import EdgesmithError, atomic_path, cache_dir
+from edgesmith.common import EdgesmithError, cache_dir, module_cached
 from edgesmith.models.eqvae.config import FINETUNE_MODES, AEConfig, ShapesConfig, TrainConfig
 from edgesmith.models.eqvae.model import VAE, DeployedAE
 from edgesmith.models.eqvae.shapes import load_splits
@@ -67,43 +67,29 @@ class EqvaeProducer(Producer):
     def _cache_path(self, phase: str):
         return cache_dir() / "models" / f"{self.name}-{phase}-{self._key(phase)}.pt"
 
-    def _load(self, phase: str) -> VAE | None:
-        path = self._cache_path(phase)
-        if not path.exists():
-            return None
-        vae = VAE(self.ae_cfg)
-        try:
-            vae.load_state_dict(torch.load(path, weights_only=True))
-            return vae.eval()
-        except Exception:  # a damaged cache entry is retrained, never trusted
-            path.unlink(missing_ok=True)
-            return None
-
-    def _save(self, phase: str, vae: VAE) -> None:
-        with atomic_path(self._cache_path(phase), force=True) as tmp:
-            torch.save(vae.state_dict(), tmp)
+    def _phase(self, phase: str, make) -> VAE:
+        """The VAE of ``phase`` ("base", "eq", "plain") from the cache, or ``make()`` cached."""
+        return module_cached(self._cache_path(phase), lambda: VAE(self.ae_cfg), make)[0]
 
     def build_vae(self, mode: str | None = None, progress: bool = False) -> VAE:
         """The VAE for ``mode`` ("none", "eq", "plain"; default: this producer's), trained or from the cache."""
         mode = mode or self.finetune
-        vae = self._load(mode if mode != "none" else "base")
-        if vae is not None:
+
+        def make_base():
+            base, self.base_history_ = train_base(self.splits()["train"], self.ae_cfg, self.train_cfg, progress)
+            return base
+
+        def make_finetuned():
+            vae, self.finetune_history_ = finetune(self._phase("base", make_base), self.splits()["train"],
+                                                   self.ae_cfg, self.train_cfg, mode, progress)
             return vae
+
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # deterministic and polite on a shared machine
         try:
-            base = self._load("base")
-            if base is None:
-                base, self.base_history_ = train_base(self.splits()["train"], self.ae_cfg, self.train_cfg, progress)
-                self._save("base", base)
-            if mode == "none":
-                return base
-            vae, self.finetune_history_ = finetune(base, self.splits()["train"], self.ae_cfg, self.train_cfg, mode,
-                                                   progress)
+            return self._phase("base", make_base) if mode == "none" else self._phase(mode, make_finetuned)
         finally:
             torch.set_num_threads(threads)
-        self._save(mode, vae)
-        return vae
 
     def build(self, progress: bool = False) -> "EqvaeProducer":
         self.module_ = DeployedAE(self.build_vae(progress=progress)).eval()

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
-from edgesmith.common import atomic_path, cache_dir
+from edgesmith.common import cache_dir, cached
 from edgesmith.models.founder.config import FounderConfig
 from edgesmith.models.founder.env import GridWorld
 from edgesmith.models.founder.grounding import RewardHead, spearman
@@ -55,22 +55,19 @@ class Founder(Producer):
         return cache_dir() / "models" / f"{self.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
 
     def build(self) -> "Founder":
-        parts = make_parts(self.world, self.cfg, self.seed)
-        path = self._cache_path()
-        loaded = False
-        if path.exists():
-            try:
-                states = torch.load(path, weights_only=True)
-                for part, sd in zip(parts, states):
-                    part.load_state_dict(sd)
-                loaded = True
-            except Exception:  # a damaged cache entry is retrained, never trusted
-                path.unlink(missing_ok=True)
-                parts = make_parts(self.world, self.cfg, self.seed)
-        if not loaded:
+        def make():
+            parts = make_parts(self.world, self.cfg, self.seed)
             self.train_info_ = train_parts(parts, self.world, self.data(), self.cfg, self.seed)
-            with atomic_path(path, force=True) as tmp:
-                torch.save([p.state_dict() for p in parts], tmp)
+            return parts
+
+        def load(p):
+            parts = make_parts(self.world, self.cfg, self.seed)
+            for part, sd in zip(parts, torch.load(p, weights_only=True), strict=True):
+                part.load_state_dict(sd)
+            return parts
+
+        parts, _ = cached(self._cache_path(), make, load=load,
+                          save=lambda ps, tmp: torch.save([p.state_dict() for p in ps], tmp))
         self.rssm_, self.mapping_, self.distance_ = (p.eval() for p in parts)
         self.module_ = RewardHead(self.mapping_, self.distance_, self.cfg.emb_dim).eval()
         return self

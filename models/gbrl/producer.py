@@ -7,6 +7,8 @@ policy (argmax of the predicted logits) over 10 seeded episodes; 500 is the maxi
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
@@ -15,6 +17,7 @@ from edgesmith.models.gbrl.ensemble import GBTEnsemble
 from edgesmith.models.gbrl.rl import PPO, PPOConfig, evaluate_policy
 
 ENV_ID = "CartPole-v1"
+WEIGHTS = Path(__file__).resolve().parent / "weights"
 
 
 @register_producer
@@ -35,13 +38,22 @@ class GBRLCartPole(Producer):
         return (4,)
 
     def cache_path(self):
-        return cache_dir() / "gbrl" / f"{self.name}-seed{self.seed}-{self.steps}.npz"
+        return cache_dir() / "gbrl" / self._file_name()
+
+    def shipped_path(self):
+        """Weights trained here and committed (seed 0, 100k steps), so a first deploy does not train for minutes.
+        Reproduce: delete the file and the cache entry, then build; training is seeded."""
+        return WEIGHTS / self._file_name()
+
+    def _file_name(self) -> str:
+        return f"{self.name}-seed{self.seed}-{self.steps}.npz"
 
     def build(self) -> "GBRLCartPole":
+        for path in (self.shipped_path(), self.cache_path()):
+            if self.cache and path.exists():
+                self.module_ = GBTEnsemble.load(path)
+                return self
         path = self.cache_path()
-        if self.cache and path.exists():
-            self.module_ = GBTEnsemble.load(path)
-            return self
         algo = PPO(ENV_ID, policy="tree", seed=self.seed, config=PPOConfig()).learn(self.steps)
         self.module_ = algo.policy.policy_ensemble()
         self.history_ = algo.history

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
-from edgesmith.common import atomic_path, cache_dir
+from edgesmith.common import cache_dir, load_or_train
 from edgesmith.models.influence.cnn import TwoPatchCNN, train_gd
 from edgesmith.models.influence.config import CnnConfig, NoiseDataConfig
 from edgesmith.models.influence.data import load_splits
@@ -51,19 +51,11 @@ class NoiseCnn(Producer):
 
     def build(self) -> "NoiseCnn":
         """Train by gradient descent (deterministic for the seed) or load the same weights from the cache."""
-        path = self._cache_path()
         model = TwoPatchCNN(self.data_cfg.d, self.cnn_cfg, seed=self.seed)
-        if path.exists():
-            try:
-                model.load_state_dict(torch.load(path, weights_only=True))
-                self.module_ = model.eval()
-                return self
-            except Exception:  # a damaged cache entry is retrained, never trusted
-                path.unlink(missing_ok=True)
-        train = self.splits()["train"]
-        self.history_ = train_gd(model, train.x, train.y, self.cnn_cfg)
-        with atomic_path(path, force=True) as tmp:
-            torch.save(model.state_dict(), tmp)
+        train = lambda: train_gd(model, self.splits()["train"].x, self.splits()["train"].y, self.cnn_cfg)  # noqa: E731
+        history = load_or_train(model, self._cache_path(), train)
+        if history is not None:
+            self.history_ = history
         self.module_ = model.eval()
         return self
 

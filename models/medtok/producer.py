@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
-from edgesmith.common import atomic_path, cache_dir
+from edgesmith.common import cache_dir, load_or_train
 from edgesmith.models.medtok.data import Ontology, OntologyConfig
 from edgesmith.models.medtok.tokenizer import MedTokTokenizer, TokenizerConfig
 from edgesmith.models.medtok.train import (
@@ -83,21 +83,15 @@ class MedTokProducer(Producer):
         return cache_dir() / "models" / f"{self.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
 
     def build(self) -> "MedTokProducer":
-        path = self._cache_path()
         model = self._make_module()
-        if path.exists():
-            try:
-                model.load_state_dict(torch.load(path, weights_only=True))
-                self.module_ = model.eval()
-                return self
-            except Exception:  # a damaged cache entry is rebuilt, never trusted
-                path.unlink(missing_ok=True)
-        o, c = self.ontology(), self.cohort()
-        self.tok_log_ = train_tokenizer(model.tokenizer, o, self.train_cfg)
-        emb, _, _ = code_tokens(model.tokenizer, o)
-        self.head_log_ = train_head(model.head, emb, c["codes_train"], c["y_train"], self.train_cfg)
-        with atomic_path(path, force=True) as tmp:
-            torch.save(model.state_dict(), tmp)
+
+        def train():
+            o, c = self.ontology(), self.cohort()
+            self.tok_log_ = train_tokenizer(model.tokenizer, o, self.train_cfg)
+            emb, _, _ = code_tokens(model.tokenizer, o)
+            self.head_log_ = train_head(model.head, emb, c["codes_train"], c["y_train"], self.train_cfg)
+
+        load_or_train(model, self._cache_path(), train)
         self.module_ = model.eval()
         return self
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
-from edgesmith.common import EdgesmithError, atomic_path, cache_dir
+from edgesmith.common import EdgesmithError, cache_dir, module_cached
 from edgesmith.models.ncvsd.config import GMMConfig, NetConfig, TrainConfig
 from edgesmith.models.ncvsd.gmm import GaussianMixture
 from edgesmith.models.ncvsd.nets import Generator
@@ -58,24 +58,16 @@ class NcvsdProducer(Producer):
         return cache_dir() / "models" / f"{self.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
 
     def build(self, progress: bool = False) -> "NcvsdProducer":
-        path = self._cache_path()
-        model = Generator(self.gmm_cfg.dim, self.net_cfg)
-        if path.exists():
+        def make():
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)  # deterministic and polite on a shared machine
             try:
-                model.load_state_dict(torch.load(path, weights_only=True))
-                self.module_ = model.eval()
-                return self
-            except Exception:  # a damaged cache entry is retrained, never trusted
-                path.unlink(missing_ok=True)
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # deterministic and polite on a shared machine
-        try:
-            model, self.history_ = train(self.teacher, self.net_cfg, self.train_cfg, progress=progress)
-        finally:
-            torch.set_num_threads(threads)
-        with atomic_path(path, force=True) as tmp:
-            torch.save(model.state_dict(), tmp)
-        self.module_ = model.eval()
+                model, self.history_ = train(self.teacher, self.net_cfg, self.train_cfg, progress=progress)
+            finally:
+                torch.set_num_threads(threads)
+            return model
+
+        self.module_ = module_cached(self._cache_path(), lambda: Generator(self.gmm_cfg.dim, self.net_cfg), make)[0]
         return self
 
     def calibration_data(self, n: int = 128) -> np.ndarray:

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
-from edgesmith.common import EdgesmithError, atomic_path, cache_dir, seed_everything
+from edgesmith.common import EdgesmithError, cache_dir, module_cached, seed_everything
 from edgesmith.models.ood.config import Config
 from edgesmith.models.ood.data import OOD_SETS, GaussConfig, make_splits
 from edgesmith.models.ood.scores import SCORES, all_scores, auroc, fit_mahalanobis, oracle_probe_auroc
@@ -93,18 +93,7 @@ class OODGauss(Producer):
         return cache_dir() / "models" / f"{self.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
 
     def build(self) -> "OODGauss":
-        path = self._cache_path()
-        if path.exists():
-            module = self._make_module()
-            try:
-                module.load_state_dict(torch.load(path, weights_only=True))
-                self.module_ = module.eval()
-                return self
-            except Exception:  # a damaged cache entry is retrained, never trusted
-                path.unlink(missing_ok=True)
-        self.module_ = self._fit()
-        with atomic_path(path, force=True) as tmp:
-            torch.save(self.module_.state_dict(), tmp)
+        self.module_ = module_cached(self._cache_path(), self._make_module, self._fit)[0]
         return self
 
     def _fit(self) -> FeatureClassifier:

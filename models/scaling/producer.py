@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
-from edgesmith.common import Config, EdgesmithError, atomic_path, cache_dir
+from edgesmith.common import Config, EdgesmithError, cache_dir, load_or_train
 from edgesmith.models.scaling.distill import GATINGS, ScaledOut, class_groups, fit, group_logits, kd_loss, mlp
 
 N_IN, N_CLASSES = 64, 10
@@ -79,17 +79,9 @@ def load_split(seed: int):
 
 
 def _cached(path, make, train):
-    """Load ``make()``'s weights from ``path``, or ``train`` it and save; a damaged entry is retrained."""
+    """``make()`` with its weights from the cache entry ``path``, or trained in place by ``train`` and cached."""
     module = make()
-    if path.exists():
-        try:
-            module.load_state_dict(torch.load(path, weights_only=True))
-            return module.eval()
-        except Exception:  # never trust a damaged cache entry
-            path.unlink(missing_ok=True)
-    train(module)
-    with atomic_path(path, force=True) as tmp:
-        torch.save(module.state_dict(), tmp)
+    load_or_train(module, path, lambda: train(module))
     return module.eval()
 
 

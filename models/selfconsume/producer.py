@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
-from edgesmith.common import Config, atomic_path, cache_dir
+from edgesmith.common import Config, cache_dir, module_cached
 from edgesmith.models.selfconsume.loop import curate
 from edgesmith.models.selfconsume.reward_model import (RewardMLP, RewardTrainConfig, make_pairs, pairwise_accuracy,
                                              train_reward_model)
@@ -79,20 +79,11 @@ class SelfConsumingReward(Producer):
         return cache_dir() / "models" / f"{self.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
 
     def build(self) -> "SelfConsumingReward":
-        path = self._cache_path()
-        if path.exists():
-            try:
-                model = RewardMLP()
-                model.load_state_dict(torch.load(path, weights_only=True))
-                self.module_ = model.eval()
-                return self
-            except Exception:  # a damaged cache entry is rebuilt, never trusted
-                path.unlink(missing_ok=True)
-        d = self._data()
-        model = train_reward_model(d["x"], d["pairs"], d["o"], RewardTrainConfig(steps=self.cfg.steps), seed=self.seed)
-        with atomic_path(path, force=True) as tmp:
-            torch.save(model.state_dict(), tmp)
-        self.module_ = model
+        def make():
+            d = self._data()
+            return train_reward_model(d["x"], d["pairs"], d["o"], RewardTrainConfig(steps=self.cfg.steps), seed=self.seed)
+
+        self.module_ = module_cached(self._cache_path(), RewardMLP, make)[0]
         return self
 
     def calibration_data(self, n: int = 128) -> np.ndarray:

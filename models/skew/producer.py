@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
-from edgesmith.common import EdgesmithError, atomic_path, cache_dir
+from edgesmith.common import EdgesmithError, cache_dir, load_or_train
 from edgesmith.models.skew.model import SpectrumClassifier, train_classifier
 from edgesmith.models.skew.patterns import patterns
 
@@ -167,20 +167,13 @@ class SkewSpectrumProducer(Producer):
         return cache_dir() / "models" / f"{self.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
 
     def build(self) -> "SkewSpectrumProducer":
-        path = self._cache_path()
         module = self._make_module()
-        if path.exists():
-            try:
-                module.load_state_dict(torch.load(path, weights_only=True))
-                self.module_ = module.eval()
-                return self
-            except Exception:  # a damaged cache entry is rebuilt, never trusted
-                path.unlink(missing_ok=True)
-        s = self.splits()
-        c = self.config
-        self.losses_ = train_classifier(module, s["x_train"], s["y_train"], c.epochs, c.lr, c.weight_decay, self.seed)
-        with atomic_path(path, force=True) as tmp:
-            torch.save(module.state_dict(), tmp)
+
+        def train():
+            s, c = self.splits(), self.config
+            self.losses_ = train_classifier(module, s["x_train"], s["y_train"], c.epochs, c.lr, c.weight_decay, self.seed)
+
+        load_or_train(module, self._cache_path(), train)
         self.module_ = module.eval()
         return self
 

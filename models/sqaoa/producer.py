@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
-from edgesmith.common import Config, atomic_path, cache_dir
+from edgesmith.common import Config, cache_dir, module_cached
 from edgesmith.models.sqaoa.graphs import agreement, brute_force, erdos_renyi_signed, pack
 from edgesmith.models.sqaoa.module import SqaoaCircuit, marginal
 from edgesmith.models.sqaoa.sqaoa import SqaoaObjective, decode_modes, mask_nodes, powell_maximise, tree_expectation, warm_start
@@ -127,21 +127,13 @@ class SqaoaProducer(Producer):
         return cache_dir() / "models" / f"{self.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
 
     def build(self) -> "SqaoaProducer":
-        path = self._cache_path()
-        if path.exists():
-            try:
-                state = torch.load(path, weights_only=True)
-                module = SqaoaCircuit(self.cfg.n, self.cfg.p, state["theta"].numpy())
-                module.load_state_dict(state)
-                self.module_ = module.eval()
-                return self
-            except Exception:  # a damaged cache entry is rebuilt, never trusted
-                path.unlink(missing_ok=True)
-        self.theta_ = self._optimise()
-        module = SqaoaCircuit(self.cfg.n, self.cfg.p, self.theta_).eval()
-        with atomic_path(path, force=True) as tmp:
-            torch.save(module.state_dict(), tmp)
-        self.module_ = module
+        def make():
+            self.theta_ = self._optimise()
+            return SqaoaCircuit(self.cfg.n, self.cfg.p, self.theta_)
+
+        # the circuit's shape is fixed by (n, p); its angles are the whole state dict
+        blank = lambda: SqaoaCircuit(self.cfg.n, self.cfg.p, np.zeros(3 * self.cfg.p))  # noqa: E731
+        self.module_ = module_cached(self._cache_path(), blank, make)[0]
         return self
 
     def _optimise(self) -> np.ndarray:

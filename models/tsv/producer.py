@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
-from edgesmith.common import EdgesmithError, atomic_path, cache_dir
+from edgesmith.common import EdgesmithError, cache_dir, cached, torch_cached
 from edgesmith.models.ood.config import Config
 from edgesmith.models.ood.scores import auroc
 from edgesmith.models.rwkv.checkpoint import load_rwkv, model_from_state_dict
@@ -132,42 +132,34 @@ class TSVRWKV(Producer):
         if hasattr(self, "lm_"):
             return self.lm_
         path = self._lm_cache()
-        if path.exists():
-            try:
-                self.lm_ = model_from_state_dict(torch.load(path, weights_only=True), str(path))
-                return self.lm_
-            except Exception:  # a damaged cache entry is retrained, never trusted
-                path.unlink(missing_ok=True)
-        lm = base_lm()
-        self.finetune_facts_ = finetune(lm, self.world(), self.ft_cfg, self.world_seed)
-        with atomic_path(path, force=True) as tmp:
-            torch.save(lm.state_dict(), tmp)
-        self.lm_ = lm.eval()
+
+        def make():
+            lm = base_lm()
+            self.finetune_facts_ = finetune(lm, self.world(), self.ft_cfg, self.world_seed)
+            return lm
+
+        self.lm_, _ = cached(path, make, load=lambda p: model_from_state_dict(torch.load(p, weights_only=True), str(p)),
+                             save=lambda lm, tmp: torch.save(lm.state_dict(), tmp))
+        self.lm_.eval()
         return self.lm_
 
     def build(self) -> "TSVRWKV":
         lm = self.finetuned_lm()
-        path = self._tsv_cache()
-        if path.exists():
+        def make():
+            s = self.splits()
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)
             try:
-                d = torch.load(path, weights_only=True)
-                steered = SteeredRWKV(lm, self.tsv_cfg.layer, self.tsv_cfg.lam)
-                steered.v.data.copy_(d["v"])
-                self.module_ = TSVDetector(steered, d["prototypes"], self.tsv_cfg.kappa).eval()
-                return self
-            except Exception:  # a damaged cache entry is retrained, never trusted
-                path.unlink(missing_ok=True)
-        s = self.splits()
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            res = train_tsv(lm, s.exemplars, s.exemplar_labels, s.wild, self.tsv_cfg, seed=self.seed)
-        finally:
-            torch.set_num_threads(threads)
-        self.history_ = res.history
-        with atomic_path(path, force=True) as tmp:
-            torch.save({"v": res.steered.v.detach().clone(), "prototypes": res.prototypes}, tmp)
-        self.module_ = TSVDetector(res.steered, res.prototypes, self.tsv_cfg.kappa).eval()
+                res = train_tsv(lm, s.exemplars, s.exemplar_labels, s.wild, self.tsv_cfg, seed=self.seed)
+            finally:
+                torch.set_num_threads(threads)
+            self.history_ = res.history
+            return {"v": res.steered.v.detach().clone(), "prototypes": res.prototypes}
+
+        d, _ = torch_cached(self._tsv_cache(), make)
+        steered = SteeredRWKV(lm, self.tsv_cfg.layer, self.tsv_cfg.lam)
+        steered.v.data.copy_(d["v"])
+        self.module_ = TSVDetector(steered, d["prototypes"], self.tsv_cfg.kappa).eval()
         return self
 
     def fact_recall(self) -> float:

@@ -1,0 +1,24 @@
+"""The sparse-LRNN paper-claim script (bench/benchmarks/lrnn_deploy.py): its quick run builds the pruned
+and QAT models through the prune-lrnn / qat-lrnn passes and checks Lava against the Numba reference."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edgesmith.bench.benchmarks.lrnn_deploy import LrnnPlan, deploy_lrnn
+from edgesmith.common import EdgesmithError
+
+
+@pytest.mark.lava
+@pytest.mark.slow
+def test_quick_claim_run_matches_lava_to_the_reference_and_refuses_to_overwrite(tmp_path):
+    out = tmp_path / "lrnn"
+    deploy_lrnn(out, LrnnPlan(quick=True, sweep=False, lava_clips=1), log=lambda *a, **k: None)
+    report = json.loads((out / "report.json").read_text())
+    assert (out / "report.md").is_file()
+    assert report["bit_exact"]["max_abs_difference"] == 0 and report["bit_exact"]["clips"] == 1
+    assert 0.8 < report["sparsity"]["weights"] < 0.95
+    assert "estimated" in json.dumps(report["hardware"])
+    with pytest.raises(EdgesmithError, match="already exists"):
+        deploy_lrnn(out, LrnnPlan(quick=True, sweep=False, lava_clips=1))
