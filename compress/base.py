@@ -25,7 +25,7 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from edgesmith.common import EdgesmithError, check_finite_array, import_modules
+from edgesmith.common import Config, EdgesmithError, check_finite_array, import_modules
 
 # --- artifacts -----------------------------------------------------------------------------------
 
@@ -78,24 +78,16 @@ _CONFIG_TYPES: dict[str, type["PassConfig"]] = {}
 
 
 @dataclass
-class PassConfig:
-    """Base class of every pass config. Subclasses set ``kind``, ``input_format``, ``output_format``."""
+class PassConfig(Config):
+    """Base class of every pass config. Subclasses set ``kind``, ``input_format``, ``output_format``;
+    ``validate`` runs on construction (``edgesmith.common.Config``)."""
 
     kind: ClassVar[str] = ""
     input_format: ClassVar[str] = "torch"
     output_format: ClassVar[str] = "torch"
 
-    def __post_init__(self):
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise ``EdgesmithError`` on a bad field. Override in subclasses."""
-
     def to_dict(self) -> dict:
         return {"kind": self.kind, **dataclasses.asdict(self)}
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
 
     def _fail(self, field_name: str, problem: str, fix: str) -> None:
         raise EdgesmithError(f"{self.kind}: {field_name} {problem}.", fix)

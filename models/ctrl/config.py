@@ -1,15 +1,13 @@
 """Config of the ``ctrl-critic`` producer's training: validated on construction, JSON round trip."""
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass
 
-from edgesmith.common import EdgesmithError
+from edgesmith.common import Config
 
 
 @dataclass(frozen=True)
-class CtrlConfig:
+class CtrlConfig(Config):
     """Stage 1 (SFT on execution-built feedback) and stage 2 (GRPO) settings, and the test set size.
 
     SFT sees ``n_sft`` problems labelled by running every critique through the generator (the
@@ -31,9 +29,6 @@ class CtrlConfig:
     n_test: int = 500
     seed: int = 0
 
-    def __post_init__(self):
-        self.validate()
-
     def validate(self) -> None:
         for name in ("hidden", "n_sft", "sft_epochs", "batch", "n_test"):
             v = getattr(self, name)
@@ -48,24 +43,6 @@ class CtrlConfig:
                 self._fail(name, f"is {getattr(self, name)!r}", "use a positive learning rate.")
         if not self.kl >= 0:
             self._fail("kl", f"is {self.kl!r}", "use a KL weight of 0 or more.")
-
-    def _fail(self, field_name: str, problem: str, fix: str) -> None:
-        raise EdgesmithError(f"CtrlConfig.{field_name} {problem}.", fix)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "CtrlConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise EdgesmithError(f"CtrlConfig has no option(s) {', '.join(unknown)}.",
-                                 f"valid options: {', '.join(sorted(names))}.")
-        return cls(**d)
 
     @classmethod
     def tiny(cls, seed: int = 0) -> "CtrlConfig":

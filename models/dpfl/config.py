@@ -1,18 +1,16 @@
 """Settings of one DP federated run (validated on construction, JSON round trip)."""
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass
 
-from edgesmith.common import EdgesmithError
+from edgesmith.common import Config
 from edgesmith.models.dpfl.privacy import SCHEDULES
 
 METHODS = ("cancel", "fresh", "nonprivate")
 
 
 @dataclass(frozen=True)
-class DPFLConfig:
+class DPFLConfig(Config):
     """mu^2-SGD federated logistic regression with ``m`` of ``clients`` participating per round.
 
     Rounds are grouped in cycles: each cycle is a random partition of the clients into groups of
@@ -37,12 +35,6 @@ class DPFLConfig:
     schedule: str = "growing"
     data_seed: int = 0
     seed: int = 0
-
-    def __post_init__(self):
-        self.validate()
-
-    def _fail(self, field_name: str, problem: str, fix: str) -> None:
-        raise EdgesmithError(f"DPFLConfig.{field_name} {problem}.", fix)
 
     def validate(self) -> None:
         for name in ("clients", "per_client", "dim", "m", "batch"):
@@ -70,18 +62,3 @@ class DPFLConfig:
     @property
     def rounds(self) -> int:
         return self.cycles * self.clients // self.m
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "DPFLConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise EdgesmithError(f"DPFLConfig has no option(s) {', '.join(unknown)}.",
-                                 f"valid options: {', '.join(sorted(names))}.")
-        return cls(**d)

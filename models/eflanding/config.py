@@ -1,18 +1,16 @@
 """Settings of one EF-Landing run (validated on construction, JSON round trip)."""
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass
 
-from edgesmith.common import EdgesmithError
+from edgesmith.common import Config
 from edgesmith.models.distributed.compressors import EF_MODES, make_compressor
 
 MESSAGES = ("gradient", "field")
 
 
 @dataclass(frozen=True)
-class EFLandingConfig:
+class EFLandingConfig(Config):
     """Distributed PCA by EF-Landing.
 
     ``message``: what each worker compresses. ``gradient`` (DEFAULT): eta * its local Euclidean
@@ -40,12 +38,6 @@ class EFLandingConfig:
     log_every: int = 25
     seed: int = 0
 
-    def __post_init__(self):
-        self.validate()
-
-    def _fail(self, field_name: str, problem: str, fix: str) -> None:
-        raise EdgesmithError(f"EFLandingConfig.{field_name} {problem}.", fix)
-
     def validate(self) -> None:
         if not 1 <= self.p <= self.n:
             self._fail("p", f"is {self.p} with n = {self.n}", "use 1 <= p <= n (a Stiefel matrix is n x p).")
@@ -65,18 +57,3 @@ class EFLandingConfig:
 
     def block_sizes(self) -> tuple[int, ...]:
         return tuple(self.blocks) if self.blocks else (self.p,)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "EFLandingConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise EdgesmithError(f"EFLandingConfig has no option(s) {', '.join(unknown)}.",
-                                 f"valid options: {', '.join(sorted(names))}.")
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})

@@ -22,13 +22,12 @@ tokenizer must place a code from what it knows of it (text, graph), not from the
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from edgesmith.common import EdgesmithError
+from edgesmith.common import Config, EdgesmithError
 
 PAD = 0
 MASK = 1
@@ -37,7 +36,7 @@ N_FILLER = 40
 
 
 @dataclass(frozen=True)
-class OntologyConfig:
+class OntologyConfig(Config):
     """Sizes and probabilities of the synthetic ontology and patient cohort; ``tiny()`` for tests."""
 
     n_chapters: int = 6
@@ -57,9 +56,6 @@ class OntologyConfig:
     unseen_fraction: float = 0.5
     label_noise: float = 0.05
     seed: int = 0
-
-    def __post_init__(self):
-        self.validate()
 
     @classmethod
     def tiny(cls, seed: int = 0) -> "OntologyConfig":
@@ -87,12 +83,6 @@ class OntologyConfig:
                 self._fail(name, f"is {v!r}", "use a probability between 0 and 1.")
         if not 0 <= self.unseen_fraction < 0.9:
             self._fail("unseen_fraction", f"is {self.unseen_fraction!r}", "use a fraction in [0, 0.9).")
-
-    def _fail(self, field_name: str, problem: str, fix: str) -> None:
-        raise EdgesmithError(f"OntologyConfig.{field_name} {problem}.", fix)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
     @property
     def n_codes(self) -> int:

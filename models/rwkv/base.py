@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgesmith.common import EdgesmithError
+from edgesmith.common import Config, EdgesmithError
 
 VERSIONS = (6, 7)
 LN_X_EPS = 64e-5  # 1e-5 * head_size_divisor**2 with the official divisor 8
@@ -31,7 +31,7 @@ class RWKVState(NamedTuple):
 
 
 @dataclass
-class RWKVConfig:
+class RWKVConfig(Config):
     """Sizes of an RWKV model. LoRA widths of 0 mean "the official default for this width"."""
 
     version: int = 7
@@ -47,11 +47,8 @@ class RWKVConfig:
     d_gate_lora: int = 0  # v7 g1/g2
 
     def __post_init__(self):
-        self.validate()
+        super().__post_init__()
         self._fill_defaults()
-
-    def _fail(self, field: str, problem: str, fix: str) -> None:
-        raise EdgesmithError(f"RWKV config: {field} {problem}.", fix)
 
     def validate(self) -> None:
         if self.version not in VERSIONS:
@@ -86,17 +83,6 @@ class RWKVConfig:
     def n_head(self) -> int:
         return self.n_embd // self.head_size
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "RWKVConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise EdgesmithError(f"RWKV config has unknown field(s) {', '.join(unknown)}.",
-                                 f"use only: {', '.join(sorted(names))}.")
-        return cls(**d)
 
 
 def zero_state(cfg: RWKVConfig, batch: int, device=None, dtype=torch.float32) -> RWKVState:

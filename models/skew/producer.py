@@ -12,7 +12,6 @@ training graphs, and an MLP. Metric: test accuracy. ``tiny=True``: k = 3, a narr
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ import numpy as np
 import torch
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
-from edgesmith.common import EdgesmithError, cache_dir, load_or_train
+from edgesmith.common import Config, EdgesmithError, cache_dir, load_or_train
 from edgesmith.models.skew.model import SpectrumClassifier, train_classifier
 from edgesmith.models.skew.patterns import patterns
 
@@ -31,7 +30,7 @@ CLASS_NAMES = ("disconnected", "diameter<=2", "diameter=3", "diameter>=4")
 
 
 @dataclass(frozen=True)
-class SkewConfig:
+class SkewConfig(Config):
     """Spectrum order ``k`` (2-4), MLP width, full-batch Adam settings, test fraction."""
 
     k: int = 4
@@ -40,9 +39,6 @@ class SkewConfig:
     lr: float = 1e-2
     weight_decay: float = 1e-4
     test_fraction: float = 0.2
-
-    def __post_init__(self):
-        self.validate()
 
     def validate(self) -> None:
         if isinstance(self.k, bool) or self.k not in (2, 3, 4):
@@ -57,21 +53,6 @@ class SkewConfig:
             self._fail("weight_decay", f"is {self.weight_decay!r}", "use a non-negative weight decay.")
         if not (isinstance(self.test_fraction, (int, float)) and 0.05 <= self.test_fraction <= 0.5):
             self._fail("test_fraction", f"is {self.test_fraction!r}", "use a test fraction between 0.05 and 0.5.")
-
-    def _fail(self, field_name: str, problem: str, fix: str) -> None:
-        raise EdgesmithError(f"SkewConfig.{field_name} {problem}.", fix)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "SkewConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise EdgesmithError(f"SkewConfig has no option(s) {', '.join(unknown)}.",
-                                 f"valid options: {', '.join(sorted(names))}.")
-        return cls(**d)
 
 
 def atlas_graphs(n: int = N_NODES) -> list:
