@@ -82,20 +82,30 @@ def _prune_lrnn(artifact: Artifact, config: PruneLrnnConfig, ctx: PassContext) -
     from edgesmith.compress.lrnn.prune import ImpConfig, prune_finetune
     from edgesmith.models.lrnn.train import TrainConfig
 
+    def train(model, split):
+        prune_finetune(model, split, ImpConfig(sparsity=config.sparsity, end=config.end),
+                       TrainConfig(epochs=config.epochs, lr=config.lr, seed=config.seed))
+
+    return _fine_tune(artifact, config, ctx, train, "weights stored dense in torch; the fixed-point export stores "
+                                                    "only nonzeros")
+
+
+def _fine_tune(artifact: Artifact, config: PassConfig, ctx: PassContext, train, note: str) -> PassResult:
+    """A copy of the S5 model fine-tuned by ``train(model, split)`` (or its cached result), with the report."""
     _check_model(artifact, config.kind)
-    split = _train_split(ctx, config.kind)
     model = copy.deepcopy(artifact.module)
-    train = lambda: prune_finetune(model, split, ImpConfig(sparsity=config.sparsity, end=config.end),  # noqa: E731
-                                   TrainConfig(epochs=config.epochs, lr=config.lr, seed=config.seed))
-    cached = load_or_train(model, _cache_path(config.kind, artifact.module, config, split), train) is None
+    cached = True
+    if config.epochs > 0:
+        split = _train_split(ctx, config.kind)
+        path = _cache_path(config.kind, artifact.module, config, split)
+        cached = load_or_train(model, path, lambda: train(model, split) or True) is None
     model.eval()
     new = Artifact("torch", module=model, meta=dict(artifact.meta))
     sp = _sparsity(model)
     report = PassReport(config.to_dict(), "torch", "torch", artifact.size_bytes(), new.size_bytes(),
-                        notes=[f"weight sparsity {sp:.3f} over the prunable matrices (stored dense in torch; the "
-                               "fixed-point export stores only nonzeros)",
+                        notes=[f"weight sparsity {sp:.3f} over the prunable matrices; {note}",
                                "from the cache" if cached else f"fine-tuned {config.epochs} epoch(s)"],
-                        extra={"sparsity": sp})
+                        extra={"sparsity": sp, "from_cache": cached})
     return PassResult(new, report)
 
 
@@ -125,23 +135,11 @@ def _qat_lrnn(artifact: Artifact, config: QatLrnnConfig, ctx: PassContext) -> Pa
     from edgesmith.compress.lrnn.prune import Pruner
     from edgesmith.models.lrnn.train import TrainConfig
 
-    _check_model(artifact, config.kind)
-    model = copy.deepcopy(artifact.module)
-    cached = True
-    if config.epochs > 0:
-        split = _train_split(ctx, config.kind)
+    def train(model, split):
+        pruner = Pruner(model)
+        pruner.masks = [p[0].detach() != 0 for _, p in model.prunable()]
+        qat_finetune(model, split, TrainConfig(epochs=config.epochs, lr=config.lr, seed=config.seed),
+                     after_step=lambda s, t: pruner.apply())
 
-        def train():
-            pruner = Pruner(model)
-            pruner.masks = [p[0].detach() != 0 for _, p in model.prunable()]
-            return qat_finetune(model, split, TrainConfig(epochs=config.epochs, lr=config.lr, seed=config.seed),
-                                after_step=lambda s, t: pruner.apply())
-
-        cached = load_or_train(model, _cache_path(config.kind, artifact.module, config, split), train) is None
-    model.eval()
-    new = Artifact("torch", module=model, meta=dict(artifact.meta))
-    report = PassReport(config.to_dict(), "torch", "torch", artifact.size_bytes(), new.size_bytes(),
-                        notes=["quantization-aware fine-tuning for w8a16; the float module keeps fake-quant off",
-                               "from the cache" if cached and config.epochs else f"fine-tuned {config.epochs} epoch(s)"],
-                        extra={"sparsity": _sparsity(model)})
-    return PassResult(new, report)
+    return _fine_tune(artifact, config, ctx, train, "quantization-aware fine-tuning for w8a16 (zero weights held "
+                                                    "at zero); the float module keeps fake-quant off")
