@@ -161,7 +161,8 @@ def _workload(art: Artifact, producer, kind, activity: dict | None) -> Workload:
     elif art.format == "torch":
         work = workload_from_module(art.module, producer.input_shape)
     else:  # trees, C: comparisons and lookups, no multiply-accumulates to count
-        return Workload(weight_bytes=float(art.size_bytes()), n_layers=1,
+        weight_bytes = art.meta.get("weight_bytes", art.size_bytes())  # a C file's tables, not its source text
+        return Workload(weight_bytes=float(weight_bytes), n_layers=1,
                         source=f"{art.format} artifact: no MACs (comparisons and table lookups); weights read once")
     if kind.sequential_axis is not None and not recurrent_spec(art.meta):
         # a whole-clip graph of a streaming model still runs step by step on a device: counts are totals

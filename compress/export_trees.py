@@ -237,11 +237,12 @@ def _export_tree_c(artifact: Artifact, config: ExportTreeCConfig, ctx: PassConte
         tmp.write_text(src)
     meta = {**artifact.meta, "input_shape": [ens.input_dim], "n_outputs": ens.output_dim, "c_entry": "gbt_predict_batch",
             "precision": config.leaves, **{f"c_{k}": v for k, v in info.items()}}
-    new = Artifact("c", path=out, meta=meta)
     leaf_bits = {"float": 32.0, "int8": 8.0, "int16": 16.0}[config.leaves]
-    # the model's bytes in the compiled binary, not the source text
+    # the model's bytes in the compiled binary, not the source text: what a call reads
     n_split = (1 << ens.max_depth) - 1
     model_bytes = int(ens.n_trees * (n_split * (1 + 4) + (1 << ens.max_depth) * ens.output_dim * leaf_bits / 8))
+    meta["weight_bytes"] = model_bytes
+    new = Artifact("c", path=out, meta=meta)
     report = PassReport(config.to_dict(), "trees", "c", artifact.size_bytes(), model_bytes, bits_per_weight=leaf_bits,
                         extra={"error_bound": info["error_bound"], "source_bytes": new.size_bytes()},
                         notes=[f"{config.leaves} leaves; worst-case output error {max(info['error_bound']):.3g}"])
