@@ -18,6 +18,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from edgesmith.common import EdgesmithError, atomic_path, write_json
 
 
@@ -25,8 +27,14 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
            model_options: dict | None = None, variants=(), batch_sizes=None, reps: int = 200, warmup: int = 20,
            seed: int = 0, threads: int = 0, n_calibration: int | None = None, calibration_select: str = "first",
            tvm: bool = True, tvm_tune_trials: int = 0, sensitivity: bool = False, force: bool = False,
-           progress: bool = False) -> Path:
-    """Run ``target``'s plan for ``model`` and write the report folder (default ``runs/MODEL-TARGET``)."""
+           progress: bool = False, calibration_data=None, eval_data=None, labels=None, metric: str | None = None,
+           input_shapes: dict | None = None) -> Path:
+    """Run ``target``'s plan for ``model`` and write the report folder (default ``runs/MODEL-TARGET``).
+
+    ``model``: a producer name or a model file (model.onnx, file.py:factory, model.pt, model.pt2, an RWKV
+    .pth, a saved tree ensemble .npz); ``calibration_data`` / ``eval_data`` / ``labels``: paths of the
+    user's data (.npy, .npz by input name, a folder; UTF-8 text for token-lm models); ``metric``:
+    accuracy, topK, mse, mae, perplexity or fidelity (the default without labels)."""
     from edgesmith.bench.deploy import DeployOptions
     from edgesmith.bench.deploy import deploy as _deploy
     from edgesmith.hardware import PlanOptions
@@ -35,6 +43,10 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
                          threads=threads, batch_sizes=batch_sizes, warmup=warmup, reps=reps,
                          n_calibration=n_calibration, calibration_select=calibration_select, sensitivity=sensitivity,
                          progress=progress, model_options=dict(model_options or {}),
+                         calibration_data=None if calibration_data is None else str(calibration_data),
+                         eval_data=None if eval_data is None else str(eval_data),
+                         labels=None if labels is None else str(labels), metric=metric,
+                         input_shapes=dict(input_shapes or {}),
                          plan=PlanOptions(tvm=tvm, tvm_tune_trials=tvm_tune_trials, variants=tuple(variants),
                                           options=dict(options or {})))
     return _deploy(opts)
@@ -95,21 +107,24 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
     static quantization of an ONNX file).
     """
     from edgesmith.bench.deploy import _artifact_scorer, predictor, source_artifact
-    from edgesmith.common import check_finite_array
     from edgesmith.compress import Artifact, PassContext, config_from_dict, run_passes
+    from edgesmith.compress.base import first_samples
     from edgesmith.runtimes import get_runtime, runtime_for
 
     out = Path(out)
     report_path = out.with_suffix(out.suffix + ".report.json")
     _check_out(out, report_path, force=force)
     config = config_from_dict({"kind": pass_kind, **(options or {})})
-    calib = None if calibration is None else check_finite_array(calibration, "calibration data")
+    calib = _checked_calibration(calibration)
     producer = None
     if str(model).endswith(".onnx") or Path(model).exists():
-        art = onnx_artifact(Path(model))
+        from edgesmith.bench.sources.onnx_file import prepare
+
+        prepared, _ = prepare(Path(model))  # opset >= 13, Constants folded, fully checked (as deploy does)
+        art = onnx_artifact(prepared)
         passes, example, train = [config], None, None
         if calib is not None:
-            calib = calib[: n_calibration or 128]
+            calib = first_samples(calib, n_calibration or 128)
     else:
         producer, kind = _producer(model, seed, model_options)
         art = source_artifact(producer)
@@ -123,8 +138,9 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
     with tempfile.TemporaryDirectory() as work:
         ctx = PassContext(workdir=Path(work), calibration=calib, example_input=example, seed=seed,
                           sensitivity=sensitivity, progress=progress, train_data=train)
-        if sensitivity and producer is not None:
-            ctx.evaluate = _artifact_scorer(producer, os.cpu_count() or 1)
+        if sensitivity:  # the producer's metric, or for a bare file the fidelity to it on the calibration data
+            ctx.evaluate = (_artifact_scorer(producer, os.cpu_count() or 1) if producer is not None
+                            else _fidelity_scorer(art, ctx.calibration_checked()))
         result, reports = run_passes(art, passes, ctx)
         if result.path is None:
             raise EdgesmithError(f"pass {config.kind!r} leaves an in-memory {result.format} model, not a file.",
@@ -140,6 +156,36 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
         evaluation = producer.evaluate(predictor(rt, written))
         evaluation.extra["runtime"] = rt.name
     return QuantizeResult(out, report_path, reports, evaluation)
+
+
+def _checked_calibration(calibration):
+    """Calibration given as one array or a dict of arrays by input name, each checked (real, finite, non-empty)."""
+    from edgesmith.models.user_data import check_array
+
+    if calibration is None:
+        return None
+    if isinstance(calibration, dict):
+        return {k: check_array(k, v, None, "calibration data") for k, v in calibration.items()}
+    return check_array("", calibration, None, "calibration data")
+
+
+def _fidelity_scorer(reference, x):
+    """Scores an ONNX artifact by its output SQNR (dB) against ``reference`` on inputs ``x`` (the metric
+    the per-layer sensitivity table uses when a file comes without evaluation data)."""
+    import onnx
+
+    from edgesmith.compress.onnx_analysis import batched_feeds
+    from edgesmith.models.metrics import fidelity
+    from edgesmith.runtimes import get_runtime
+
+    feeds = batched_feeds(onnx.load(str(reference.path), load_external_data=False), x)
+
+    def outputs(art):
+        rt = get_runtime("onnxruntime").load(art)
+        return np.concatenate([rt.run(f).outputs for f in feeds])
+
+    ref = outputs(reference)
+    return lambda art: fidelity(outputs(art), ref)[0]
 
 
 def onnx_artifact(path: Path):

@@ -86,17 +86,13 @@ def cmd_passes(args) -> int:
 
 
 def _load_calibration(path: str | None):
-    import numpy as np
-
+    """The user's calibration inputs: one array (.npy) or a dict by input name (.npz, a folder)."""
     if path is None:
         return None
-    p = Path(path)
-    if not p.is_file():
-        raise EdgesmithError(f"calibration file {p} does not exist.", "pass a .npy array of input samples.")
-    try:
-        return np.load(p, allow_pickle=False)
-    except Exception:
-        raise EdgesmithError(f"calibration file {p} is not a readable .npy array.", "save it with numpy.save.") from None
+    from edgesmith.models.user_data import LABEL_KEYS, read_arrays
+
+    arrays = {k: v for k, v in read_arrays(path).items() if k not in LABEL_KEYS}
+    return arrays[""] if set(arrays) == {""} else arrays
 
 
 def cmd_export(args) -> int:
@@ -122,31 +118,59 @@ def cmd_quantize(args) -> int:
     return 0
 
 
-def cmd_bench(args) -> int:
+def bench_inputs(model, shapes: dict, batch: int, seed: int) -> dict:
+    """Random inputs for every data input of an ONNX model: its declared dims, the batch, and
+    ``--input-shape [NAME=]D,...`` for dynamic ones; floats standard normal, integers zeros (valid ids)."""
     import numpy as np
 
-    from edgesmith.bench.latency import measure_isolated
+    from edgesmith.compress.onnx_analysis import data_inputs
 
+    rng = np.random.default_rng(seed)
+    inputs = data_inputs(model)
+    out = {}
+    for name, dtype, dims in inputs:
+        given = shapes.get(name) or (shapes.get("") if len(inputs) == 1 else None)
+        fixed = dims[0]
+        if fixed is not None and fixed != batch:
+            raise EdgesmithError(f"input {name!r} has a fixed batch of {fixed}; it cannot be timed at batch {batch}.",
+                                 f"use --batch {fixed}.")
+        rest = list(given) if given else dims[1:]
+        if given and len(given) == len(dims[1:]) and any(d is not None and d != g for d, g in zip(dims[1:], given)):
+            raise EdgesmithError(f"--input-shape {','.join(map(str, given))} does not match input {name!r} "
+                                 f"({', '.join('?' if d is None else str(d) for d in dims[1:])}).",
+                                 "give the input's own shape (dynamic dimensions may take any size).")
+        if any(d is None for d in rest):
+            raise EdgesmithError(f"input {name!r} has dynamic dimensions ({', '.join('?' if d is None else str(d) for d in dims[1:])}).",
+                                 f"pass --input-shape {name}=D,... with the sizes to time (per sample, without the batch).")
+        shape = (batch, *rest)
+        out[name] = rng.standard_normal(shape).astype(dtype) if dtype.kind == "f" else np.zeros(shape, dtype)
+    return out
+
+
+def cmd_bench(args) -> int:
+    import onnx
+
+    from edgesmith.bench.latency import measure_isolated
+    from edgesmith.bench.sources.base import parse_shapes
+
+    if args.out and Path(args.out).exists() and not args.force:  # before measuring, not after
+        raise EdgesmithError(f"{args.out} already exists.", "choose another --out or pass --force.")
+    batches = args.batch or [1]
+    if any(b < 1 for b in batches):
+        raise EdgesmithError(f"--batch {min(batches)} is not a positive batch size.", "use e.g. --batch 1 --batch 64.")
+    if any(b > 1_000_000 for b in batches):
+        raise EdgesmithError(f"--batch {max(batches)} is larger than edgesmith times (1,000,000).", "use a smaller batch.")
     art = api.onnx_artifact(Path(args.artifact))
-    shape = art.meta.get("input_shape")
-    if args.input_shape:
-        try:
-            given = [int(s) for s in args.input_shape.split(",")]
-        except ValueError:
-            raise EdgesmithError(f"--input-shape {args.input_shape!r} is not a list of integers.",
-                                 "write it like 64 or 3,32,32.") from None
-        if shape and given != list(shape):
-            raise EdgesmithError(f"--input-shape {given} does not match the model's input shape {list(shape)}.",
-                                 f"use --input-shape {','.join(map(str, shape))} or omit it.")
-        shape = given
-    if not shape:
-        raise EdgesmithError("the model's input shape has symbolic dimensions.", "pass --input-shape, e.g. 64 or 3,32,32.")
-    art.meta["input_shape"] = shape
-    rows = []
+    model = onnx.load(str(art.path), load_external_data=False)
+    shapes = parse_shapes(args.input_shape)
     threads = args.threads or os.cpu_count() or 1
     rt_opts = {"tune_trials": args.tune_trials} if args.runtime == "tvm" else {}
-    for b in args.batch or [1]:
-        x = np.random.default_rng(args.seed).standard_normal((b, *shape)).astype(np.float32)
+    feeds = {b: bench_inputs(model, shapes, b, args.seed) for b in batches}  # every shape checked first
+    nbytes = max(sum(x.nbytes for x in f.values()) for f in feeds.values())
+    art.meta["input_shape"] = None
+    rows = []
+    for b, feed in feeds.items():
+        x = feed if len(feed) > 1 else next(iter(feed.values()))
         res = measure_isolated(args.runtime, art, x, threads=threads, warmup=args.warmup, reps=args.reps,
                                runtime_options=rt_opts)
         rows.append({"batch": b, **res.to_dict()})
@@ -154,7 +178,8 @@ def cmd_bench(args) -> int:
         print(f"{args.runtime} batch {b}: p50 {lat.p50 * 1e3:.4f} ms, p90 {lat.p90 * 1e3:.4f} ms, "
               f"p99 {lat.p99 * 1e3:.4f} ms, cv {lat.cv:.2f}, n {lat.n}, threads {threads} (measured, fresh process)")
     if args.out:
-        write_json(args.out, {"artifact": args.artifact, "runtime": args.runtime, "results": rows}, force=args.force)
+        write_json(args.out, {"artifact": args.artifact, "runtime": args.runtime, "input_bytes": nbytes,
+                              "results": rows}, force=args.force)
         print(f"wrote {args.out}")
     return 0
 
@@ -204,7 +229,15 @@ def _add_deploy_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="option of the model's kind, e.g. prune_sparsity=0.5 (see `edgesmith kinds`; repeatable)")
     p.add_argument("--model-option", dest="model_option", action="append", metavar="KEY=VALUE",
-                   help="argument of the model's producer, e.g. tiny=true (repeatable)")
+                   help="argument of the model's producer or option of its model source, e.g. tiny=true (repeatable)")
+    p.add_argument("--calibration-data", dest="calibration_data",
+                   help="your calibration inputs: .npy (one input), .npz (one array per input name), a folder of them, "
+                        "or UTF-8 text for token-lm models")
+    p.add_argument("--eval-data", dest="eval_data", help="your evaluation inputs (same forms), labels optional inside")
+    p.add_argument("--labels", help=".npy of labels (class ids) or targets for --eval-data")
+    p.add_argument("--metric", help="accuracy, topK (top5), mse, mae, perplexity or fidelity (default without labels)")
+    p.add_argument("--input-shape", dest="input_shape", action="append", metavar="[NAME=]D,D,...",
+                   help="per-sample input shape to trace a torch model without data (repeatable per input)")
     p.add_argument("--sensitivity", action="store_true", help="per-layer sensitivity table for quantizing passes")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -253,14 +286,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--reps", type=int, default=200)
     p.add_argument("--tune-trials", dest="tune_trials", type=int, default=0)
-    p.add_argument("--input-shape", dest="input_shape", help="per-sample shape, e.g. 64 or 3,32,32")
+    p.add_argument("--input-shape", dest="input_shape", action="append", metavar="[NAME=]D,D,...",
+                   help="per-sample shape of a dynamic input, e.g. 3,32,32 or ids=128 (repeatable)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the results as JSON")
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("deploy", help="run a target's whole plan for a model and write a report folder")
-    p.add_argument("model", nargs="?", help="model name (or set it in --recipe)")
+    p.add_argument("model", nargs="?", help="a producer name (`edgesmith models`) or your model: model.onnx, "
+                                            "file.py:factory, model.pt (TorchScript), model.pt2 (torch.export), an "
+                                            "RWKV .pth, a saved tree ensemble .npz (or set it in --recipe)")
     p.add_argument("--target", help="target name (see `edgesmith targets`)")
     _add_deploy_flags(p)
     p.set_defaults(func=cmd_deploy)

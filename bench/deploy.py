@@ -26,12 +26,13 @@ from edgesmith.bench.energy import RaplReader, energy_figure
 from edgesmith.bench.latency import measure_isolated
 from edgesmith.bench.ood_monitor import ood_entry, ood_reference
 from edgesmith.bench.report import write_report
+from edgesmith.bench.sources.base import UserRequest, resolve_model
 from edgesmith.common import EdgesmithError, atomic_path
 from edgesmith.compress import Artifact, PassContext, run_passes
+from edgesmith.compress.base import n_samples
 from edgesmith.compress.calibration_select import check_selector, select_calibration
 from edgesmith.hardware import PlanOptions, Workload, get_target
 from edgesmith.hardware.workload import workload_from_activity, workload_from_module, workload_from_onnx
-from edgesmith.models import get_producer
 from edgesmith.models.kinds import get_kind
 from edgesmith.runtimes import REFERENCE_RUNTIMES, RunResult, get_runtime
 from edgesmith.runtimes.stateful import recurrent_spec, run_sequence, timing_feed
@@ -56,7 +57,12 @@ class DeployOptions:
     sensitivity: bool = False
     progress: bool = True
     plan: PlanOptions = field(default_factory=PlanOptions)
-    model_options: dict = field(default_factory=dict)  # keyword arguments of the producer (e.g. tiny=True)
+    model_options: dict = field(default_factory=dict)  # producer arguments / model-source options (e.g. tiny=True)
+    calibration_data: str | None = None  # the user's data (bench/sources): .npy, .npz, a folder, text
+    eval_data: str | None = None
+    labels: str | None = None
+    metric: str | None = None
+    input_shapes: dict = field(default_factory=dict)  # {input name or "": per-sample shape} to trace a model
 
     def __post_init__(self):
         self.out = Path(self.out)
@@ -121,9 +127,22 @@ def _runtime_rows(variant, plan_options: PlanOptions) -> list[tuple[str, str, di
 
 
 def source_artifact(producer) -> Artifact:
-    """The producer's model in its native format (what every variant's passes start from)."""
+    """The producer's model in its native format (what every variant's passes start from): an in-memory
+    module, or a file (a user's ONNX model) with its inputs and recurrent state described in the meta."""
     variable = get_kind(producer.kind).variable_length  # e.g. token sequences of any length: no fixed shape
-    meta = {"input_shape": None if variable else list(producer.input_shape)}
+    shape = None if variable else list(producer.input_shape)
+    if shape is not None and any(d is None for d in shape):
+        shape = None
+    meta = {"input_shape": shape}
+    if getattr(producer, "inputs", None):
+        meta["inputs"] = [s.to_dict() for s in producer.inputs]
+    if getattr(producer, "recurrent", None):
+        meta["recurrent"] = producer.recurrent
+        meta["input_shape"] = None
+    if producer.native_format == "onnx":
+        if len(meta.get("inputs", [])) > 1:
+            meta["input_shape"] = None
+        return Artifact("onnx", path=producer.path, meta=meta)
     return Artifact(producer.native_format, module=producer.module, meta=meta)
 
 
@@ -138,8 +157,8 @@ def predictor(rt, art: Artifact, chunk: int | None = None, seen: dict | None = N
             res = RunResult(out, stats)
         else:
             res = rt.run(x) if chunk is None else _run_chunked(rt, x, chunk)
-        if seen is not None:
-            seen.update(inputs=x, outputs=res.outputs, stats=res.stats)
+        if seen is not None:  # every call of one evaluation (a producer may evaluate batch by batch)
+            seen.setdefault("calls", []).append((x, res.outputs, res.stats))
         return res.outputs
 
     return predict
@@ -149,7 +168,7 @@ def timing_inputs(art: Artifact, producer, batch: int):
     """What one timed call gets: ``batch`` samples, or for a step graph their first step and a zero state."""
     x = producer.example_inputs(batch)
     spec = recurrent_spec(art.meta)
-    return x if spec is None else timing_feed(spec, x)
+    return x if spec is None else timing_feed(spec, x, art.path)
 
 
 def _workload(art: Artifact, producer, kind, activity: dict | None) -> Workload:
@@ -157,7 +176,11 @@ def _workload(art: Artifact, producer, kind, activity: dict | None) -> Workload:
     if activity is not None:
         return workload_from_activity(activity, weight_bytes=art.size_bytes())
     if art.format == "onnx":
-        work = workload_from_onnx(art.path)
+        feed = timing_inputs(art, producer, 1)  # resolves dynamic dimensions (sequence length, image size)
+        names = [s["name"] for s in art.meta.get("inputs", [])] or [None]
+        shapes = ({k: v.shape for k, v in feed.items()} if isinstance(feed, dict)
+                  else {names[0]: feed.shape} if names[0] else None)
+        work = workload_from_onnx(art.path, input_shapes=shapes)
     elif art.format == "torch":
         work = workload_from_module(art.module, producer.input_shape)
     else:  # trees, C: comparisons and lookups, no multiply-accumulates to count
@@ -175,12 +198,14 @@ def deploy(opts: DeployOptions) -> Path:
     if opts.out.exists() and not opts.force:
         raise EdgesmithError(f"output folder {opts.out} already exists.", "choose another --out or pass --force to replace it.")
     target = get_target(opts.target)
-    producer = get_producer(opts.model, seed=opts.seed, **opts.model_options)
+    producer = resolve_model(opts.model, UserRequest(
+        calibration_data=opts.calibration_data, eval_data=opts.eval_data, labels=opts.labels, metric=opts.metric,
+        input_shapes=dict(opts.input_shapes), options=dict(opts.model_options), seed=opts.seed), seed=opts.seed)
     kind = get_kind(producer.kind)
     kind.check_producer(producer)
     target.check_kind(kind.name, opts.model)  # before any training: an unsupported pair costs nothing
     kind.options(opts.plan.options)  # a bad --option fails here too, not after the build
-    batch_sizes = opts.batch_sizes or kind.default_batch_sizes
+    batch_sizes = _batch_sizes(opts, kind, producer)
     threads = opts.threads or os.cpu_count() or 1
     say = (lambda msg: tqdm.write(msg)) if opts.progress else (lambda msg: None)
 
@@ -191,8 +216,8 @@ def deploy(opts: DeployOptions) -> Path:
     ref_name = REFERENCE_RUNTIMES[ref_art.format]
     ref_rt = get_runtime(ref_name, threads=threads).load(ref_art)
     ref_eval = producer.evaluate(predictor(ref_rt, ref_art))
-    probe = producer.example_inputs(16)
-    ref_out = ref_rt.run(probe).outputs
+    probe = producer.example_inputs(getattr(producer, "fixed_batch", None) or 16)
+    ref_out = predictor(ref_rt, ref_art)(probe)
     ood_ref = ood_reference(producer, lambda x: ref_rt.run(x).outputs, seed=opts.seed)  # None: no OOD inputs
 
     # one calibration set for every variant: the influence selector runs the fp32 model over its pool
@@ -214,7 +239,8 @@ def deploy(opts: DeployOptions) -> Path:
             ctx = PassContext(workdir=tmp / "artifacts" / variant.name, **ctx_common)
             art, reports = run_passes(ref_art, variant.passes, ctx)
             target.check_fits(art.size_bytes(), f"variant {variant.name}")
-            variants.append({**variant.to_dict(), "artifact": str(art.path.relative_to(tmp)) if art.path else None,
+            where = None if art.path is None else str(art.path.relative_to(tmp) if art.path.is_relative_to(tmp) else art.path)
+            variants.append({**variant.to_dict(), "artifact": where,
                              "pass_reports": [r.to_dict() for r in reports]})
             bpw = next((r.bits_per_weight for r in reversed(reports) if r.bits_per_weight is not None), None)
             for rt_name, label, rt_opts in _runtime_rows(variant, opts.plan):
@@ -246,16 +272,51 @@ def deploy(opts: DeployOptions) -> Path:
             "latency_method": _latency_method(target, opts),
             "reference": {"runtime": ref_name, "format": ref_art.format, "evaluation": ref_eval.to_dict(),
                           "size_bytes": ref_art.size_bytes()},
-            "calibration": {"n": int(len(calibration)), "select": opts.calibration_select},
+            "calibration": {"n": None if calibration is None else n_samples(calibration),
+                            "select": opts.calibration_select},
             "ood_reference": None if ood_ref is None else ood_ref.entry,
             "variants": variants,
             "results": results,
             "failed_runs": failed,
             "notes": list(producer.report_notes()),
         }
+        report["warnings"] = slower_than_baseline(results, plan.variants[0].name if plan.variants else None)
+        for w in report["warnings"]:
+            say(f"[edgesmith] warning: {w}")
         write_report(report, tmp)
     say(f"[edgesmith] report written to {opts.out}/report.md")
     return opts.out
+
+
+def slower_than_baseline(results: list[dict], baseline: str | None, margin: float = 1.1) -> list[str]:
+    """A warning for every compressed variant measured slower than the plan's first (uncompressed) variant
+    on the same runtime and batch: compression that costs speed should be seen, not found later."""
+    if baseline is None:
+        return []
+    base = {(r["runtime_label"], b): e["p50"] for r in results if r["variant"] == baseline
+            for b, e in r["latency"].items() if e["provenance"] == "measured"}
+    out = []
+    for r in results:
+        if r["variant"] == baseline:
+            continue
+        for b, e in r["latency"].items():
+            ref = base.get((r["runtime_label"], b))
+            if ref and e["provenance"] == "measured" and e["p50"] > margin * ref:
+                out.append(f"{r['variant']} on {r['runtime_label']} is {e['p50'] / ref:.2f}x slower than {baseline} "
+                           f"at batch {b} (p50 {e['p50'] * 1e6:.1f} vs {ref * 1e6:.1f} us, measured)")
+    return out
+
+
+def _batch_sizes(opts: DeployOptions, kind, producer) -> tuple[int, ...]:
+    """The batch sizes to time: the user's, else the kind's; a model with a fixed batch takes only that."""
+    fixed = getattr(producer, "fixed_batch", None)
+    if fixed:
+        if opts.batch_sizes and set(opts.batch_sizes) != {fixed}:
+            raise EdgesmithError(f"the model was exported with a fixed batch of {fixed}; it cannot be timed at batch "
+                                 f"{', '.join(map(str, opts.batch_sizes))}.",
+                                 f"use --batch {fixed}, or export the model with a dynamic batch dimension.")
+        return (fixed,)
+    return opts.batch_sizes or kind.default_batch_sizes
 
 
 def _first_line(e: Exception) -> str:
@@ -303,8 +364,8 @@ class _VariantRun:
         chunk = max(self.batch_sizes) if rt_name == "tvm" else None
         predict = predictor(rt, art, chunk, seen)
         ev = producer.evaluate(predict)
-        eval_stats = dict(seen["stats"])
-        eval_inputs, eval_outputs = seen["inputs"], seen["outputs"]
+        calls = seen.pop("calls")
+        eval_inputs, eval_outputs, eval_stats = _merge_calls(calls)
         out = predictor(rt, art, chunk)(self.probe)
         row = {
             "variant": variant_name,
@@ -321,14 +382,13 @@ class _VariantRun:
         if self.ood_ref is not None:  # OOD scores of this variant vs the fp32 monitor (bench.ood_monitor)
             row["ood"] = ood_entry(producer, predictor(rt, art, chunk), self.ood_ref, seed=opts.seed)
         if rt.bit_exact_reference:
-            row["bit_exact_reference"] = _compare_bit_exact(rt, art, eval_inputs, eval_outputs, eval_stats)
+            row["bit_exact_reference"] = _compare_bit_exact(rt, art, calls)
         n_eval = ev.n_samples
         activity = None
         if "synops" in eval_stats:  # activity counts of a neuromorphic run: per-sample averages over the evaluation
-            keys = ("synops", "neuron_updates", "messages", "timesteps")
-            activity = {k: eval_stats[k] / n_eval for k in keys}
+            activity = {k: eval_stats[k] / n_eval for k in ACTIVITY_KEYS}
             row["activity"] = activity
-            row["activity_totals"] = {k: eval_stats[k] for k in keys}
+            row["activity_totals"] = {k: eval_stats[k] for k in ACTIVITY_KEYS}
             row["activity_source"] = f"counted from the {rt_name} run over {n_eval} evaluation samples"
         work = _workload(art, producer, self.kind, activity)
         row["workload"] = work.to_dict()
@@ -365,6 +425,24 @@ class _VariantRun:
                                    method=f"{m.method}; package energy over {reps} batch-1 calls, averaged")
 
 
+ACTIVITY_KEYS = ("synops", "neuron_updates", "messages", "timesteps")
+
+
+def _merge_calls(calls: list) -> tuple:
+    """(inputs, outputs, stats) of all the calls of one evaluation: arrays concatenated, activity counts
+    summed (the last call's stats for the rest)."""
+    xs, outs, stats = zip(*calls)
+    if isinstance(xs[0], dict):
+        inputs = {k: np.concatenate([x[k] for x in xs]) for k in xs[0]}
+    else:
+        inputs = np.concatenate(xs)
+    merged = dict(stats[-1])
+    for k in ACTIVITY_KEYS:
+        if all(k in s for s in stats):
+            merged[k] = sum(s[k] for s in stats)
+    return inputs, np.concatenate(outs), merged
+
+
 def _run_chunked(rt, x: np.ndarray, chunk: int):
     """Run ``x`` through ``rt`` in fixed-size batches (the last one padded with copies of its first row)."""
     outs, stats = [], {}
@@ -379,13 +457,16 @@ def _run_chunked(rt, x: np.ndarray, chunk: int):
     return RunResult(np.concatenate(outs), stats)
 
 
-def _compare_bit_exact(rt, art, inputs, outputs, stats) -> dict:
-    """Re-run the evaluation inputs in the runtime's bit-exact reference model and compare."""
-    ref = get_runtime(rt.bit_exact_reference).load(art).run(inputs)
+def _compare_bit_exact(rt, art, calls: list) -> dict:
+    """Replay every evaluation call in the runtime's bit-exact reference model (call by call: a simulated
+    network may carry state from one sample to the next within a call) and compare outputs and activity."""
+    ref = get_runtime(rt.bit_exact_reference).load(art)
     counts = ("synops", "neuron_updates", "messages")
-    return {
-        "runtime": rt.bit_exact_reference,
-        "n_samples": int(len(inputs)),
-        "max_abs_diff": float(np.max(np.abs(ref.outputs - outputs))),
-        "activity_equal": all(ref.stats.get(k) == stats.get(k) for k in counts),
-    }
+    diff, equal, n = 0.0, True, 0
+    for x, out, stats in calls:
+        r = ref.run(x)
+        diff = max(diff, float(np.max(np.abs(r.outputs - out))))
+        equal &= all(r.stats.get(k) == stats.get(k) for k in counts)
+        n += len(out)
+    return {"runtime": rt.bit_exact_reference, "n_samples": n, "calls": len(calls), "max_abs_diff": diff,
+            "activity_equal": bool(equal)}

@@ -2,8 +2,10 @@
 
 A deploy recipe::
 
-    model = "digits-mlp"          # a producer name
+    model = "digits-mlp"          # a producer name, or a model file (model.onnx, net.py:make, ...)
     target = "host-cpu"
+    calibration_data = "calib.npz"   # the user's data and metric (optional): eval_data, labels, metric,
+                                     # input_shape = ["3,64,64"]
     seed = 0
     [plan]                        # tvm, tvm_tune_trials, tvm_records, variants
     variants = ["fp32", "int8"]
@@ -26,7 +28,8 @@ from pathlib import Path
 
 from edgesmith.common import EdgesmithError
 
-TOP = {"model": str, "target": str, "out": str, "seed": int, "threads": int, "force": bool, "sensitivity": bool}
+TOP = {"model": str, "target": str, "out": str, "seed": int, "threads": int, "force": bool, "sensitivity": bool,
+       "calibration_data": str, "eval_data": str, "labels": str, "metric": str, "input_shape": list}
 PLAN = {"tvm": bool, "tvm_tune_trials": int, "tvm_records": bool, "variants": list}
 BENCH = {"batch_sizes": list, "warmup": int, "reps": int, "n_calibration": int, "calibration_select": str}
 TABLES = {"plan": PLAN, "bench": BENCH, "options": None, "model_options": None}
@@ -117,6 +120,7 @@ def parse_key_values(items: list[str] | None, flag: str) -> dict:
 def deploy_options(args, recipe: dict, overrides: dict | None = None):
     """DeployOptions from a (checked) recipe table and CLI flags; flags win, ``overrides`` win over both."""
     from edgesmith.bench.deploy import DeployOptions
+    from edgesmith.bench.sources.base import parse_shapes
     from edgesmith.hardware import PlanOptions
 
     recipe = merged(recipe, overrides or {})
@@ -157,5 +161,11 @@ def deploy_options(args, recipe: dict, overrides: dict | None = None):
     out = getattr(args, "out", None) or recipe.get("out") or f"runs/{model}-{target}"
     model_options = {**recipe.get("model_options", {}),
                      **parse_key_values(getattr(args, "model_option", None), "--model-option")}
+    data = {k: recipe[k] for k in ("calibration_data", "eval_data", "labels", "metric") if k in recipe}
+    for k in ("calibration_data", "eval_data", "labels", "metric"):
+        if getattr(args, k, None) is not None:
+            data[k] = getattr(args, k)
+    shapes = parse_shapes(getattr(args, "input_shape", None) or recipe.get("input_shape"))
     return DeployOptions(model=model, target=target, out=Path(out), plan=PlanOptions(**plan_kw),
-                         progress=not getattr(args, "quiet", False), model_options=model_options, **bench_kw, **top)
+                         progress=not getattr(args, "quiet", False), model_options=model_options,
+                         input_shapes=shapes, **data, **bench_kw, **top)

@@ -60,6 +60,7 @@ def render_markdown(report: dict) -> str:
         + (" (" + report["latency_method"] + ")" if report.get("latency_method") else ""),
         f"- speed: the {kind} kind's figure per timed call; energy per {unit}: see the provenance column; "
         "coefficients and sources are listed at the end of this page",
+        *([""] + [f"> **warning**: {w}" for w in report.get("warnings", [])] if report.get("warnings") else []),
         "",
         "## Results",
         "",

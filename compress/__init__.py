@@ -29,6 +29,7 @@ PASS_MODULES = (
     "edgesmith.compress.lrnn.fixed",  # export-lrnn-fixed
     "edgesmith.compress.lrnn.train_passes",  # prune-lrnn, qat-lrnn
     "edgesmith.compress.export_step",  # export-step-onnx
+    "edgesmith.compress.onnx_mlp",  # import-onnx-mlp
 )
 
 __all__ = [

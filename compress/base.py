@@ -30,6 +30,7 @@ from edgesmith.common import Config, EdgesmithError, check_finite_array, import_
 # --- artifacts -----------------------------------------------------------------------------------
 
 FORMATS = ("torch", "onnx", "lava", "trees", "c")
+INIT_SUFFIX = ".init.npz"  # beside a step graph: its trained starting state (runtimes.stateful reads it)
 IN_MEMORY_FORMATS = ("torch", "trees")  # carry ``module``; the others carry ``path``
 
 
@@ -198,11 +199,25 @@ class PassContext:
     progress: bool = True
     train_data: Any = None
 
-    def calibration_checked(self, what: str = "calibration data") -> np.ndarray:
+    def calibration_checked(self, what: str = "calibration data"):
+        """The calibration samples (one array, or a dict by input name), each checked non-empty and finite."""
         if self.calibration is None:
             raise EdgesmithError(f"this pass needs {what} but none was given.",
-                                 "pass --calibration-data FILE.npy (CLI) or PassContext(calibration=...) (API).")
+                                 "pass --calibration-data FILE (.npy, .npz by input name, or a folder) or "
+                                 "PassContext(calibration=...) (API).")
+        if isinstance(self.calibration, dict):
+            return {k: check_finite_array(v, f"{what} for input {k!r}") for k, v in self.calibration.items()}
         return check_finite_array(self.calibration, what)
+
+
+def n_samples(x) -> int:
+    """Samples in calibration data given as one array or as a dict of arrays by input name."""
+    return int(len(next(iter(x.values())))) if isinstance(x, dict) else int(len(x))
+
+
+def first_samples(x, n: int):
+    """The first ``n`` samples of one array or of each array of a dict."""
+    return {k: v[:n] for k, v in x.items()} if isinstance(x, dict) else x[:n]
 
 
 @dataclass
@@ -241,6 +256,10 @@ def apply_pass(artifact: Artifact, config: PassConfig, ctx: PassContext) -> Pass
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     result = handler(artifact, config, ctx)
+    if result.artifact.format == "onnx" and result.artifact.path != artifact.path:
+        from edgesmith.compress.onnx_analysis import check_written
+
+        result.report.notes += check_written(result.artifact.path)
     result.report.seconds = time.perf_counter() - t0
     result.artifact.meta["passes"] = list(artifact.meta.get("passes", [])) + [config.kind]
     return result

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -21,7 +22,8 @@ import torch
 from torch import nn
 
 from edgesmith.common import EdgesmithError, atomic_path
-from edgesmith.compress.base import Artifact, PassConfig, PassContext, PassReport, PassResult, register_pass
+from edgesmith.compress.base import (INIT_SUFFIX, Artifact, PassConfig, PassContext, PassReport, PassResult,
+                                    register_pass)
 
 TOKEN_INPUT, LOGITS_OUTPUT = "token", "logits"
 
@@ -82,11 +84,16 @@ def export_step_onnx(model: nn.Module, path, *, accuracy_level: int = 4, opset: 
     g = onnx.load_from_string(buf.getvalue())
     counts = rewrite_quantized(g, quantized, accuracy_level)
     onnx.checker.check_model(g, full_check=True)
-    with atomic_path(path, force=force) as tmp:
-        onnx.save(g, str(tmp))
     spec = {"input": TOKEN_INPUT, "output": LOGITS_OUTPUT, "state": [[n, o] for n, o in zip(names, outs)],
             "state_shapes": {n: list(s.shape[1:]) for n, s in zip(names, batch_first)},
             "state_dtypes": {n: str(s.dtype).replace("torch.", "") for n, s in zip(names, batch_first)}}
+    init_path = Path(str(path) + INIT_SUFFIX)
+    with atomic_path(path, force=force) as tmp:
+        onnx.save(g, str(tmp))
+    if any(bool(s.abs().sum()) for s in batch_first):  # a trained initial state (e.g. RWKV time_state)
+        with atomic_path(init_path, force=True) as tmp, open(tmp, "wb") as f:
+            np.savez(f, **{n: s[0].detach().numpy() for n, s in zip(names, batch_first)})
+        spec["initial_state"] = True
     return {**counts, "recurrent": spec}
 
 

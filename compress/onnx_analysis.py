@@ -18,6 +18,7 @@ import contextlib
 import io
 import logging
 import math
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -86,6 +87,87 @@ def graph_input_name(model: onnx.ModelProto) -> str:
     return names[0]
 
 
+def data_inputs(model: onnx.ModelProto) -> list[tuple[str, np.dtype, list]]:
+    """(name, numpy dtype, dims with None for dynamic) of every data input, in graph order."""
+    inits = set(initializers(model))
+    out = []
+    for i in model.graph.input:
+        if i.name in inits:
+            continue
+        tt = i.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tt.shape.dim]
+        out.append((i.name, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)), dims))
+    return out
+
+
+def batched_feeds(model: onnx.ModelProto, x, batch: int = 64) -> list[dict[str, np.ndarray]]:
+    """``x`` (one array, or a dict by input name) cut into feeds of ``batch`` samples, or of the model's own
+    batch when its first dimension is fixed (samples that do not fill a last batch are then left out)."""
+    inputs = data_inputs(model)
+    if not isinstance(x, dict):
+        if len(inputs) != 1:
+            raise EdgesmithError(f"the model takes {len(inputs)} inputs ({', '.join(n for n, _, _ in inputs)}) but "
+                                 "one array was given.", "give one array per input name (an .npz or a dict).")
+        x = {inputs[0][0]: x}
+    missing = [n for n, _, _ in inputs if n not in x]
+    if missing:
+        raise EdgesmithError(f"data for input(s) {', '.join(missing)} are missing.",
+                             "name the arrays after the model's inputs.")
+    fixed = inputs[0][2][0] if inputs[0][2] else None
+    step = fixed or batch
+    n = len(x[inputs[0][0]])
+    stop = n - n % step if fixed else n
+    return [{name: np.ascontiguousarray(np.asarray(x[name][i:i + step]).astype(dtype, copy=False))
+             for name, dtype, _ in inputs} for i in range(0, stop, step)]
+
+
+def strip_identities(model: onnx.ModelProto) -> int:
+    """Remove ``Identity`` nodes in place, feeding their consumers the Identity's input (exporters put them
+    in front of Conv biases and weights, where they stop onnxruntime from fusing QDQ pairs into integer
+    kernels). An Identity that produces a graph output stays. Returns how many were removed."""
+    outputs = {o.name for o in model.graph.output}
+    alias = {}
+    keep = []
+    for node in model.graph.node:
+        if node.op_type == "Identity" and node.output[0] not in outputs:
+            alias[node.output[0]] = alias.get(node.input[0], node.input[0])
+        else:
+            keep.append(node)
+    if not alias:
+        return 0
+    for node in keep:
+        for i, name in enumerate(node.input):
+            if name in alias:
+                node.input[i] = alias[name]
+    del model.graph.node[:]
+    model.graph.node.extend(keep)
+    return len(alias)
+
+
+INTEGER_KERNELS = ("QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger", "QGemm", "DynamicQuantizeMatMul",
+                   "MatMulIntegerToFloat", "QAttention", "MatMulNBits")
+
+
+def fused_kernels(path) -> dict:
+    """What onnxruntime actually runs after its graph optimizations: integer kernels vs float Conv/MatMul/Gemm
+    left (a QDQ model whose pairs were not fused computes in fp32 between quantize/dequantize)."""
+    import collections
+
+    import onnxruntime as ort
+
+    with quiet_onnxruntime(), tempfile.TemporaryDirectory(prefix="edgesmith-opt-") as tmp:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        so.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
+        so.log_severity_level = 3
+        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        ops = collections.Counter(n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node)
+    integer = {k: v for k, v in ops.items() if k in INTEGER_KERNELS}
+    floats = {k: v for k, v in ops.items() if k in ("Conv", "MatMul", "Gemm", "FusedConv", "FusedMatMul", "FusedGemm")}
+    return {"integer_kernels": integer, "float_kernels": floats,
+            "integer": int(sum(integer.values())), "float": int(sum(floats.values()))}
+
+
 def find_weight_layers(model: onnx.ModelProto, op_types: Iterable[str] = WEIGHT_OPS) -> list[WeightLayer]:
     """Every MatMul/Gemm/Conv node in graph order, with its constant weight (input 1) if present."""
     inits = initializers(model)
@@ -148,18 +230,18 @@ def with_extra_outputs(model: onnx.ModelProto, names: Iterable[str]) -> onnx.Mod
     return m
 
 
-def capture_tensors(model: onnx.ModelProto, names: list[str], x: np.ndarray, batch: int = 256) -> dict[str, np.ndarray]:
-    """Run ``model`` on ``x`` (batch first) and return the named intermediate tensors, concatenated."""
+def capture_tensors(model: onnx.ModelProto, names: list[str], x, batch: int = 256) -> dict[str, np.ndarray]:
+    """Run ``model`` on ``x`` (batch first; one array or a dict by input name) and return the named
+    intermediate tensors, concatenated."""
     import onnxruntime as ort
 
     m = with_extra_outputs(model, names)
     so = ort.SessionOptions()
     so.log_severity_level = 3
     sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    inp = graph_input_name(model)
     parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
-    for i in range(0, len(x), batch):
-        outs = sess.run(names, {inp: np.ascontiguousarray(x[i:i + batch], dtype=np.float32)})
+    for feed in batched_feeds(model, x, batch):
+        outs = sess.run(names, feed)
         for n, v in zip(names, outs):
             parts[n].append(np.asarray(v))
     return {n: np.concatenate(v) for n, v in parts.items()}
@@ -216,3 +298,42 @@ def quiet_onnxruntime() -> Iterator[None]:
     finally:
         for lg, lvl in zip(loggers, levels):
             lg.setLevel(lvl)
+
+
+def topologically_sorted(model: onnx.ModelProto) -> bool:
+    """Put ``model``'s nodes in dependency order in place; False when the graph has a cycle."""
+    g = model.graph
+    ready = {i.name for i in g.input} | {t.name for t in g.initializer} | {""}
+    pending, ordered = list(g.node), []
+    while pending:
+        progress = [n for n in pending if all(x in ready for x in n.input)]
+        if not progress:
+            return False
+        for n in progress:
+            ordered.append(n)
+            ready.update(n.output)
+        pending = [n for n in pending if n not in progress]
+    del g.node[:]
+    g.node.extend(ordered)
+    return True
+
+
+def check_written(path) -> list[str]:
+    """onnx's full checker on a file a pass wrote; a graph whose only fault is its node order is re-sorted
+    and rewritten (what was done is returned as notes); anything else is an error naming the file."""
+    model = onnx.load(str(path))
+    try:
+        onnx.checker.check_model(model, full_check=True)
+        return []
+    except Exception as e:  # ValidationError / InferenceError: re-sort once, then give up clearly
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+    if topologically_sorted(model):
+        try:
+            onnx.checker.check_model(model, full_check=True)
+        except Exception:  # still invalid after sorting: report the original reason below
+            pass
+        else:
+            onnx.save(model, str(path))
+            return ["nodes re-sorted into dependency order so the file passes onnx's checker"]
+    raise EdgesmithError(f"the model written to {path} fails onnx's checker: {first}",
+                         "report this model; the pass produced an invalid graph.")

@@ -22,7 +22,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from edgesmith.compress.base import Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult, register_pass
+from edgesmith.compress.base import first_samples, Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult, register_pass
+from edgesmith.compress.quant_int8 import refuse_quantized
 from edgesmith.compress.onnx_analysis import (
     WeightLayer,
     bits_per_weight,
@@ -61,6 +62,7 @@ class Int4WeightOnlyConfig(PassConfig):
     accuracy_level: int = 4
     exclude: tuple[str, ...] = ()
     n_calibration: int = 128
+    allow_empty: bool = False  # accept a result with no layer quantized (otherwise that is an error)
 
     def validate(self) -> None:
         bs = self.block_size
@@ -74,6 +76,8 @@ class Int4WeightOnlyConfig(PassConfig):
         if isinstance(self.exclude, str) or not all(isinstance(n, str) for n in self.exclude):
             self._fail("exclude", f"is {self.exclude!r}", "give a list of node names, e.g. [\"/0/MatMul\"].")
         self.exclude = tuple(self.exclude)
+        if not isinstance(self.allow_empty, bool):
+            self._fail("allow_empty", f"is {self.allow_empty!r}", "use true or false.")
         if isinstance(self.n_calibration, bool) or not isinstance(self.n_calibration, int) or self.n_calibration < 1:
             self._fail("n_calibration", f"is {self.n_calibration!r}", "use a whole number of samples, at least 1.")
 
@@ -179,8 +183,9 @@ def _save(model: onnx.ModelProto, path: Path) -> None:
 @register_pass(Int4WeightOnlyConfig)
 def _int4_weight_only(artifact: Artifact, config: Int4WeightOnlyConfig, ctx: PassContext) -> PassResult:
     fp32 = load_model(artifact.path)
+    refuse_quantized(fp32, str(artifact.path))
     check_node_names(fp32, config.exclude, "exclude")
-    calib = None if ctx.calibration is None else ctx.calibration_checked()[: config.n_calibration]
+    calib = None if ctx.calibration is None else first_samples(ctx.calibration_checked(), config.n_calibration)
     out = ctx.workdir / "model.int4.onnx"
     meta = {**artifact.meta, "precision": "int4"}
     _save(quantize_int4(fp32, config), out)
@@ -197,6 +202,12 @@ def _int4_weight_only(artifact: Artifact, config: Int4WeightOnlyConfig, ctx: Pas
     report = PassReport(config.to_dict(), "onnx", "onnx", artifact.size_bytes(), new.size_bytes(), notes=notes)
     report.layers = int4_layer_reports(fp32, load_model(out), calib, config.exclude)
     report.bits_per_weight = bits_per_weight(report.layers)
+    if not any(layer.action == "quantized" for layer in report.layers) and not config.allow_empty:
+        why = sorted({layer.reason for layer in report.layers if layer.reason}) or ["the model has no weight layer"]
+        raise EdgesmithError(f"int4-weight-only quantized 0 of {len(report.layers)} weight layers of {artifact.path} "
+                             f"({'; '.join(why)[:300]}).",
+                             "MatMulNBits rewrites MatMul nodes with constant 2-D weights only; keep the fp32 or int8 "
+                             "model, or pass --option allow_empty=true.")
     if sensitivity_requested(ctx, report):
         def quantize_only(layer: str, path: Path) -> Artifact:
             _save(quantize_int4(fp32, config, only=[layer]), path)

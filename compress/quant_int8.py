@@ -27,19 +27,22 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from edgesmith.compress.base import Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult, register_pass
+from edgesmith.compress.base import (Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult,
+                                    first_samples, n_samples, register_pass)
 from edgesmith.compress.onnx_analysis import (
     WeightLayer,
+    batched_feeds,
     bits_per_weight,
     check_node_names,
     find_weight_layers,
-    graph_input_name,
+    fused_kernels,
     initializers,
     load_model,
     output_sqnr,
     quiet_onnxruntime,
     report_db,
     sqnr_db,
+    strip_identities,
     tensor_bits,
 )
 from edgesmith.compress.sensitivity import sensitivity_requested, sensitivity_table
@@ -69,6 +72,7 @@ class Int8QdqConfig(PassConfig):
     n_calibration: int = 128
     exclude: tuple[str, ...] = ()
     activations: str = "uint8"
+    allow_empty: bool = False  # accept a result with no layer quantized (otherwise that is an error)
 
     def validate(self) -> None:
         if self.calibration not in CALIBRATIONS:
@@ -82,20 +86,25 @@ class Int8QdqConfig(PassConfig):
         if isinstance(self.exclude, str) or not all(isinstance(n, str) for n in self.exclude):
             self._fail("exclude", f"is {self.exclude!r}", "give a list of node names, e.g. [\"/0/MatMul\"].")
         self.exclude = tuple(self.exclude)
+        if not isinstance(self.allow_empty, bool):
+            self._fail("allow_empty", f"is {self.allow_empty!r}", "use true or false.")
         if self.activations not in ACTIVATION_TYPES:
             self._fail("activations", f"is {self.activations!r}", f"use one of: {', '.join(ACTIVATION_TYPES)}.")
 
 
 class _Reader:
-    """Feeds calibration samples to onnxruntime's calibrator in fixed-size batches.
+    """Feeds calibration samples to onnxruntime's calibrator in batches the model accepts (its own batch
+    when fixed, else 64), one array per named input.
 
     onnxruntime's ``CalibrationDataReader`` is duck-typed (anything with ``get_next``), so this need
     not import onnxruntime when ``compress`` is imported.
     """
 
-    def __init__(self, input_name: str, x: np.ndarray):
-        self._feeds = [{input_name: np.ascontiguousarray(x[i:i + _CALIBRATION_BATCH], dtype=np.float32)}
-                       for i in range(0, len(x), _CALIBRATION_BATCH)]
+    def __init__(self, model: onnx.ModelProto, x):
+        self._feeds = batched_feeds(model, x, _CALIBRATION_BATCH)
+        if not self._feeds:
+            raise EdgesmithError("the calibration data do not fill one batch of the model's fixed batch size.",
+                                 "give at least as many calibration samples as the model's batch.")
         self._it = iter(self._feeds)
 
     def get_next(self):
@@ -110,7 +119,7 @@ def _quantize(prepared: Path, out: Path, calib: np.ndarray, config: Int8QdqConfi
     """One quantize_static call; the calibration ranges are computed once and cached in ``cache``."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-    reader = _Reader(graph_input_name(load_model(prepared)), calib)
+    reader = _Reader(load_model(prepared), calib)
     method = CalibrationMethod.MinMax if config.calibration == "minmax" else CalibrationMethod.Percentile
     extra = {
         "WeightSymmetric": True,
@@ -138,18 +147,36 @@ def _quantize(prepared: Path, out: Path, calib: np.ndarray, config: Int8QdqConfi
 
 
 def _prepare(src: Path, dst: Path, notes: list[str]) -> None:
-    """Shape inference for the quantizer (no graph fusion: node names must stay those of ``src``)."""
+    """Shape inference for the quantizer (no graph fusion: node names must stay those of ``src``), after
+    removing Identity nodes (in front of Conv biases they stop onnxruntime fusing QDQ into integer kernels)."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
+    src, dst = Path(src).resolve(), Path(dst).resolve()  # before the chdir below: relative paths stay right
+    model = load_model(src)
+    removed = strip_identities(model)
+    if removed:
+        notes.append(f"{removed} Identity node(s) removed before quantization (they block integer-kernel fusion)")
+    stripped = dst.with_name("stripped.onnx")
+    onnx.save(model, str(stripped))
     try:
         # when its symbolic shape inference gives up, onnxruntime dumps sym_shape_infer_temp.onnx and
         # uuid-named .data files into the working directory: run it inside a scratch folder instead
         with quiet_onnxruntime(), tempfile.TemporaryDirectory(prefix="edgesmith-prep-") as scratch, \
                 contextlib.chdir(scratch):
-            quant_pre_process(str(Path(src).resolve()), str(Path(dst).resolve()), skip_optimization=True)
+            quant_pre_process(str(stripped), str(dst), skip_optimization=True)
     except Exception as e:  # symbolic shape inference fails on some exotic graphs; quantizing still works
         notes.append(f"quant_pre_process failed ({type(e).__name__}); quantized the model as exported.")
-        onnx.save(onnx.load(str(src)), str(dst))
+        onnx.save(model, str(dst))
+
+
+def refuse_quantized(model: onnx.ModelProto, what: str) -> None:
+    """A model that already holds quantized operators is not quantized again (one clear error, not a
+    traceback from deep inside the quantizer)."""
+    done = sorted({n.op_type for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear",
+                                                                        "MatMulNBits", "QLinearConv", "QLinearMatMul")})
+    if done:
+        raise EdgesmithError(f"{what} is already quantized (it holds {', '.join(done)}).",
+                             "quantize the fp32 model instead.")
 
 
 def dequantized_int8_weight(qmodel: onnx.ModelProto, layer: WeightLayer) -> tuple[np.ndarray, int] | None:
@@ -203,15 +230,18 @@ def int8_layer_reports(fp32: onnx.ModelProto, qmodel: onnx.ModelProto, calib: np
 @register_pass(Int8QdqConfig)
 def _int8_qdq(artifact: Artifact, config: Int8QdqConfig, ctx: PassContext) -> PassResult:
     calib_all = ctx.calibration_checked()
-    calib = calib_all[: config.n_calibration]
+    calib = first_samples(calib_all, config.n_calibration)
     fp32 = load_model(artifact.path)
+    refuse_quantized(fp32, str(artifact.path))
+    strip_identities(fp32)  # the graph the quantizer sees (node names are kept)
     check_node_names(fp32, config.exclude, "exclude")
     out = ctx.workdir / "model.int8.onnx"
     meta = {**artifact.meta, "precision": "int8"}
     notes = [
         f"activations {config.activations}, calibrated with {config.calibration}"
         + (f" ({config.percentile} percentile)" if config.calibration == "percentile" else "")
-        + f" on {len(calib)} samples" + (f" (of {len(calib_all)} given)" if len(calib_all) > len(calib) else "") + ".",
+        + f" on {n_samples(calib)} samples"
+        + (f" (of {n_samples(calib_all)} given)" if n_samples(calib_all) > n_samples(calib) else "") + ".",
         "bits_per_weight counts, per quantized MatMul/Gemm/Conv weight, the int8 values plus one fp32 scale "
         "and one int8 zero point per output channel; biases and fp32 (skipped) layers are not counted.",
     ]
@@ -232,4 +262,13 @@ def _int8_qdq(artifact: Artifact, config: Int8QdqConfig, ctx: PassContext) -> Pa
             report.extra["sensitivity"] = sensitivity_table(artifact, todo, quantize_only, ctx, desc="int8 sensitivity")
     report.size_after_bytes = new.size_bytes()
     report.bits_per_weight = bits_per_weight(report.layers)
+    quantized = sum(layer.action == "quantized" for layer in report.layers)
+    if quantized == 0 and not config.allow_empty:
+        raise EdgesmithError(f"int8-qdq quantized 0 of {len(report.layers)} weight layers of {artifact.path}.",
+                             "nothing would change: keep the fp32 model, or pass --option allow_empty=true.")
+    kernels = fused_kernels(out)
+    report.extra["kernels"] = kernels
+    report.notes.append(f"onnxruntime runs {kernels['integer']} integer kernel(s) "
+                        f"({', '.join(f'{k} {v}' for k, v in kernels['integer_kernels'].items()) or 'none'}) and "
+                        f"{kernels['float']} float Conv/MatMul/Gemm kernel(s) for {quantized} quantized layer(s)")
     return PassResult(new, report)

@@ -174,6 +174,13 @@ def select_variants(target: str, variants: list[Variant], wanted, unavailable: d
     return [v for v in variants if v.name in set(wanted)]
 
 
+def onnx_export(producer) -> list:
+    """The pass that turns the producer's model into ONNX: none when it already is ONNX."""
+    from edgesmith.compress.export_onnx import ExportOnnxConfig
+
+    return [] if producer.native_format == "onnx" else [ExportOnnxConfig()]
+
+
 def module_fits(target: Target, producer) -> None:
     """Refuse a plan whose fp32 model exceeds the target's memory (only when the model is built)."""
     module = getattr(producer, "module_", None)
@@ -212,7 +219,6 @@ class HostCpu(Target):
         return d
 
     def plan_tensor(self, producer, options: PlanOptions, kopts) -> Plan:
-        from edgesmith.compress.export_onnx import ExportOnnxConfig
         from edgesmith.compress.prune import MagnitudePruneConfig
         from edgesmith.compress.quant_int4 import Int4WeightOnlyConfig
         from edgesmith.compress.quant_int8 import Int8QdqConfig
@@ -222,10 +228,11 @@ class HostCpu(Target):
         skip = {name: why for name, why in skip.items() if name != self.runtime}
         both = ["onnxruntime", "tvm"] if options.tvm and "tvm" not in skip else ["onnxruntime"]
         int8 = lambda: Int8QdqConfig(calibration=kopts.calibration, percentile=kopts.percentile)  # noqa: E731
+        export = onnx_export(producer)
         variants = [
-            Variant("fp32", [ExportOnnxConfig()], list(both), "fp32 ONNX export"),
-            Variant("int8", [ExportOnnxConfig(), int8()], list(both), "int8 QDQ static quantization"),
-            Variant("int4", [ExportOnnxConfig(), Int4WeightOnlyConfig(block_size=kopts.int4_block_size)],
+            Variant("fp32", export, list(both), "fp32 ONNX" + (" export" if export else " (the model as given)")),
+            Variant("int8", export + [int8()], list(both), "int8 QDQ static quantization"),
+            Variant("int4", export + [Int4WeightOnlyConfig(block_size=kopts.int4_block_size)],
                     ["onnxruntime"], "4-bit weight-only MatMulNBits (TVM cannot run MatMulNBits)"),
         ]
         unavailable = {}
@@ -233,9 +240,11 @@ class HostCpu(Target):
         for name, why in hints.items():
             unavailable[name] = f"{getattr(producer, 'name', 'this model')} has no {name} variant: {why}"
         variants = [v for v in variants if v.name not in hints]
-        if kopts.prune_sparsity > 0:
+        if kopts.prune_sparsity > 0 and producer.native_format != "torch":
+            unavailable["pruned"] = "magnitude pruning works on a torch model; this one is ONNX."
+        elif kopts.prune_sparsity > 0:
             variants.append(Variant(
-                "pruned", [MagnitudePruneConfig(sparsity=kopts.prune_sparsity), ExportOnnxConfig(), int8()],
+                "pruned", [MagnitudePruneConfig(sparsity=kopts.prune_sparsity), *onnx_export(producer), int8()],
                 list(both), f"magnitude-pruned to {kopts.prune_sparsity:.0%} sparsity, then int8 QDQ"))
         else:
             unavailable["pruned"] = "set a prune sparsity above 0 (e.g. --option prune_sparsity=0.5)."
@@ -255,6 +264,12 @@ class HostCpu(Target):
         from edgesmith.compress.export_step import ExportStepOnnxConfig
 
         module_fits(self, producer)
+        hints = producer.unsupported_formats() if hasattr(producer, "unsupported_formats") else {}
+        if "requantize" in hints:  # a model quantized earlier: its own step graph only
+            variants = [Variant("as-given", [ExportStepOnnxConfig()], ["onnxruntime"],
+                                f"the model as given, step graph ({hints['requantize']})")]
+            return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance,
+                        [f"no quantizer variants: {hints['requantize']}"])
         variants = [Variant("fp32", [ExportStepOnnxConfig()], ["onnxruntime"], "fp32 step graph")]
         for method in kopts.methods:
             for bits in kopts.bits:

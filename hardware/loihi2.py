@@ -135,7 +135,16 @@ class Loihi2(Target):
         from edgesmith.compress.export_lava import ExportLavaConfig
 
         self._check_8bit_fits(producer)
-        variants = [Variant("sigma-delta", [ExportLavaConfig()], ["lava"],
+        imports = []
+        if producer.native_format == "onnx":  # a user's ONNX model: it maps only if it is a dense ReLU chain
+            from edgesmith.compress.onnx_mlp import ImportOnnxMlpConfig, check_onnx_mlp
+
+            try:
+                check_onnx_mlp(producer.path)
+            except EdgesmithError as e:
+                raise EdgesmithError(f"loihi2 cannot run {producer.name}: {e.problem}", e.fix) from None
+            imports = [ImportOnnxMlpConfig()]
+        variants = [Variant("sigma-delta", imports + [ExportLavaConfig()], ["lava"],
                             "fixed-point sigma-delta network for Lava (Loihi2SimCfg fixed_pt)")]
         return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance,
                     [ACTIVITY_NOTE])

@@ -31,8 +31,12 @@ ACTIVITY_KEYS = ("synops", "neuron_updates", "messages", "timesteps")
 # --- ONNX ------------------------------------------------------------------------------------------
 
 
-def workload_from_onnx(path, batch: int = 1, precision: str | None = None) -> Workload:
+def workload_from_onnx(path, batch: int = 1, precision: str | None = None, input_shapes: dict | None = None) -> Workload:
     """Count MACs, weight/activation bytes and compute layers of the ONNX model at ``path``.
+
+    ``input_shapes`` ({input name: full shape, batch 1 first}) fixes the graph's dynamic dimensions before
+    shape inference (a sequence length, an image size taken from the user's data); dimensions left
+    dynamic count as 1.
 
     MACs come from MatMul/Gemm/Conv/MatMulNBits (and their integer/QLinear forms) using
     initializer shapes and shape inference. Weight bytes are the stored bytes of every initializer
@@ -51,6 +55,8 @@ def workload_from_onnx(path, batch: int = 1, precision: str | None = None) -> Wo
     except Exception as e:  # onnx raises DecodeError, ValueError, ... for a corrupt file
         raise EdgesmithError(f"could not read {path} as ONNX ({type(e).__name__}).",
                              "re-export the model; the file is corrupt or not ONNX.") from None
+    if input_shapes:
+        _fix_input_dims(model, input_shapes)
     model = _infer_shapes(model)
     graph = model.graph
     consts = _constant_tensors(graph)
@@ -79,8 +85,24 @@ def workload_from_onnx(path, batch: int = 1, precision: str | None = None) -> Wo
     return Workload(
         macs=macs / batch_div, weight_bytes=weight_bytes, activation_bytes=act_bytes / batch_div,
         precision=precision or inferred, n_layers=n_layers, batch=int(batch),
-        source=f"ONNX graph analysis of {path.name} (MACs from {n_layers} MatMul/Gemm/Conv-type nodes)",
+        source=f"ONNX graph analysis of {path.name} (MACs from {n_layers} MatMul/Gemm/Conv-type nodes"
+               + (", dynamic dimensions from the example inputs" if input_shapes else "") + ")",
     )
+
+
+def _fix_input_dims(model, input_shapes: dict) -> None:
+    """Set the dims of the named graph inputs to ``input_shapes`` (only where they are dynamic)."""
+    for vi in model.graph.input:
+        shape = input_shapes.get(vi.name)
+        if shape is None or not vi.type.HasField("tensor_type"):
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) != len(shape):
+            continue
+        for d, n in zip(dims, shape):
+            if not (d.HasField("dim_value") and d.dim_value > 0):
+                d.Clear()
+                d.dim_value = int(n)
 
 
 def _infer_shapes(model):

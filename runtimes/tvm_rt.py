@@ -70,7 +70,7 @@ _CACHE_VERSION = 1  # bump when what goes into a cached library changes
 _TUNE_SEED = 0
 _BUILD_TIMEOUT_S = 300.0  # per MetaSchedule build batch; generous because small CPUs are slow
 _RUN_TIMEOUT_S = 120.0
-_OPTIONS = ("tune_trials", "records")
+_OPTIONS = ("tune_trials", "records", "compile_timeout_s")
 SHIPPED_RECORDS = Path(__file__).resolve().parent / "tvm_records"
 _RECORD_FILES = ("database_workload.json", "database_tuning_record.json")
 _USE_ONNXRUNTIME = ("run this model with the onnxruntime runtime instead (--runtime onnxruntime); "
@@ -129,6 +129,10 @@ class TvmRuntime(Runtime):
 
     def _load(self, artifact: Artifact) -> None:
         self.tune_trials_ = _checked_tune_trials(self.options)
+        default_limit = 300.0 + 5.0 * self.tune_trials_  # untuned compiles of small graphs take seconds
+        self.compile_timeout_s_ = float(self.options.get("compile_timeout_s", default_limit))
+        if not self.compile_timeout_s_ > 0:
+            raise EdgesmithError(f"tvm: compile_timeout_s is {self.compile_timeout_s_!r}.", "use a positive number of seconds.")
         self.records_ = bool(self.options.get("records", False)) and self.tune_trials_ == 0
         self.threads_ = _resolve_threads(self.threads)
         os.environ.setdefault("TVM_BIND_THREADS", "0")  # before TVM starts its pool; see module docstring
@@ -183,7 +187,7 @@ class TvmRuntime(Runtime):
         meta_path = lib_path.with_suffix(".json")
         if lib_path.exists():
             try:
-                lib = tvm.runtime.load_module(str(lib_path))
+                lib = _load_library(lib_path)
             except Exception:  # a damaged entry (e.g. from another TVM build) is rebuilt below
                 pass
             else:
@@ -191,16 +195,49 @@ class TvmRuntime(Runtime):
                 return _Compiled(lib, shape, compile_s=0.0, cache_hit=True, kernels=meta.get("kernels"),
                                  tuned_kernels=meta.get("tuned_kernels"), path=lib_path)
         t0 = time.perf_counter()
-        ex, kernels, tuned = build_module(self.model_, self.input_name_, shape, self.target_, self.tune_trials_,
-                                          what=str(self.artifact_.path), records=self.records_)
+        self._compile_in_child(shape, lib_path, meta_path)
         compile_s = time.perf_counter() - t0
-        with atomic_path(lib_path, force=True) as tmp:
-            ex.export_library(str(tmp))
-        write_json(meta_path, {"onnx": str(self.artifact_.path), "onnx_sha256": self.digest_, "shape": list(shape),
-                               "target": str(self.target_), "tune_trials": self.tune_trials_, "tvm": tvm.__version__,
-                               "compile_s": compile_s, "kernels": kernels, "tuned_kernels": tuned})
-        return _Compiled(ex, shape, compile_s=compile_s, cache_hit=False, kernels=kernels, tuned_kernels=tuned,
-                         path=lib_path)
+        meta = json.loads(meta_path.read_text())
+        return _Compiled(_load_library(lib_path), shape, compile_s=compile_s, cache_hit=False,
+                         kernels=meta.get("kernels"), tuned_kernels=meta.get("tuned_kernels"), path=lib_path)
+
+    def _compile_in_child(self, shape, lib_path: Path, meta_path: Path) -> None:
+        """Compile (and tune) in a child process that writes the cache entry, showing the time spent, and
+        stop it after ``compile_timeout_s``: a graph TVM takes forever on is a clear error, not a hang."""
+        import multiprocessing as mp
+
+        from tqdm.auto import tqdm
+
+        timeout = self.compile_timeout_s_
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["tvm", "onnx", "edgesmith.runtimes.tvm_rt"])  # later compiles fork ready
+        err = lib_path.with_suffix(".error.json")
+        err.unlink(missing_ok=True)
+        job = ctx.Process(target=_compile_job, daemon=True,
+                          args=(self.artifact_.path.read_bytes(), self.input_name_, tuple(shape), self.threads_,
+                                self.tune_trials_, self.records_, str(self.artifact_.path), str(lib_path),
+                                str(meta_path), str(err)))
+        job.start()
+        label = f"tvm compile b{shape[0]}" + (f" + tune {self.tune_trials_}" if self.tune_trials_ else "")
+        with tqdm(desc=label, bar_format="{desc}: {elapsed} (limit " + f"{timeout:.0f} s)", leave=False,
+                  disable=not sys.stderr.isatty()) as bar:
+            t0 = time.perf_counter()
+            while job.is_alive() and time.perf_counter() - t0 < timeout:
+                job.join(1.0)
+                bar.update(0)
+        if job.is_alive():
+            job.kill()
+            job.join()
+            raise EdgesmithError(f"TVM did not compile {self.artifact_.path} (batch {shape[0]}) within {timeout:.0f} s.",
+                                 "run this model with onnxruntime (--no-tvm), or raise the limit with the tvm "
+                                 "runtime option compile_timeout_s.")
+        if err.exists():
+            e = json.loads(err.read_text())
+            err.unlink(missing_ok=True)
+            raise EdgesmithError(e["problem"], e.get("fix"))
+        if job.exitcode != 0 or not lib_path.exists():
+            raise EdgesmithError(f"the TVM compile process for {self.artifact_.path} died (exit code {job.exitcode}).",
+                                 _USE_ONNXRUNTIME)
 
     def _cache_path(self, shape: tuple[int, ...]) -> Path:
         import tvm
@@ -214,6 +251,45 @@ class TvmRuntime(Runtime):
 
 
 # --- compiling ---------------------------------------------------------------------------------------
+
+
+def _load_library(path: Path):
+    """Load a cached library through a private copy: the dynamic loader hands back an earlier handle for a
+    path it has seen, so a cache entry rebuilt in this process would otherwise never be read again."""
+    import shutil
+
+    import tvm
+
+    fd, tmp = tempfile.mkstemp(prefix=".load-", suffix=".so", dir=path.parent)
+    os.close(fd)
+    try:
+        shutil.copyfile(path, tmp)
+        return tvm.runtime.load_module(tmp)
+    finally:
+        os.unlink(tmp)  # the mapping outlives the name
+
+
+def _compile_job(onnx_bytes: bytes, input_name: str, shape, threads: int, tune_trials: int, records: bool, what: str,
+                 lib_path: str, meta_path: str, err_path: str) -> None:
+    """The child process of ``TvmRuntime._compile_in_child``: compile, write the cache entry atomically."""
+    import onnx
+    import tvm
+
+    try:
+        model = onnx.load_from_string(onnx_bytes)
+        target = host_target(threads)
+        t0 = time.perf_counter()
+        ex, kernels, tuned = build_module(model, input_name, tuple(shape), target, tune_trials, what=what,
+                                          records=records)
+        compile_s = time.perf_counter() - t0
+        with atomic_path(Path(lib_path), force=True) as tmp:
+            ex.export_library(str(tmp))
+        write_json(meta_path, {"onnx": what, "onnx_sha256": hashlib.sha256(onnx_bytes).hexdigest(), "shape": list(shape),
+                               "target": str(target), "tune_trials": tune_trials, "records": records,
+                               "tvm": tvm.__version__, "compile_s": compile_s, "kernels": kernels,
+                               "tuned_kernels": tuned})
+    except EdgesmithError as e:
+        write_json(err_path, {"problem": e.problem, "fix": e.fix})
 
 
 def host_target(threads: int):

@@ -58,5 +58,24 @@ def test_api_user_errors_carry_a_fix():
     with pytest.raises(edgesmith.EdgesmithError) as e:
         edgesmith.deploy("digits-mlp", target="tpu")
     assert e.value.fix and "host-cpu" in e.value.fix
-    with pytest.raises(edgesmith.EdgesmithError, match="calibration data is empty"):
+    with pytest.raises(edgesmith.EdgesmithError, match=r"calibration data has shape \(0, 64\): no samples"):
         edgesmith.quantize("digits-mlp", "int8-qdq", out="/tmp/never.onnx", calibration=np.zeros((0, 64)))
+
+
+def test_data_flows_one_way_models_compress_hardware_runtimes_bench():
+    # a package may import only the ones upstream of it (and edgesmith.common): no import turns the flow back
+    import re
+    from pathlib import Path
+
+    order = ["models", "compress", "hardware", "runtimes", "bench"]
+    root = Path(edgesmith.__file__).resolve().parent
+    back = []
+    for i, pkg in enumerate(order):
+        later = "|".join(order[i + 1:])
+        if not later:
+            continue
+        pattern = re.compile(rf"^\s*(from|import) edgesmith\.({later})\b", re.M)
+        for f in (root / pkg).rglob("*.py"):
+            for m in pattern.finditer(f.read_text()):
+                back.append(f"{f.relative_to(root)} imports edgesmith.{m.group(2)}")
+    assert not back, back

@@ -14,7 +14,6 @@ the learning-curve PNG, a JSON with every curve and final return, and prints a M
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 

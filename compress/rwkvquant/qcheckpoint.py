@@ -75,7 +75,8 @@ def quantized_payload(model: nn.Module) -> dict:
             "vectors": {n: {"bits": cb.bits, "shape": list(cb.shape), "n": cb.indices.numel(),
                             "indices": _packed(cb.indices, cb.bits), "cb_codes": cb.codebook_codes.clone(),
                             "cb_scale": cb.codebook_scale.clone(), "cb_offset": cb.codebook_offset.clone()}
-                        for n, cb in vectors.items()}}
+                        for n, cb in vectors.items()},
+            "init_wkv": None if getattr(model, "init_wkv", None) is None else model.init_wkv.clone()}
 
 
 def quantized_size_bytes(model: nn.Module) -> int:
@@ -125,4 +126,6 @@ def load_quantized(path: str | os.PathLike) -> nn.Module:
                              "re-create the quantized checkpoint; this one is incomplete or from another model.")
     model.quant_vectors = vectors
     model.quant_config = d.get("quant_config", {})
+    if d.get("init_wkv") is not None:  # a state-tuned model's trained starting state
+        model.init_wkv = d["init_wkv"].to(torch.float32)
     return model.eval()

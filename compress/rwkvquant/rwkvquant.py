@@ -337,7 +337,13 @@ def _rwkv_quant_pass(artifact: Artifact, config: RWKVQuantBase, ctx: PassContext
     qmodel, report = quantize_rwkv(artifact.module, calib, config)
     from edgesmith.compress.rwkvquant.qcheckpoint import quantized_size_bytes
 
+    from edgesmith.compress.rwkvquant.qcheckpoint import save_quantized
+
     report.size_before_bytes = artifact.size_bytes()
     report.size_after_bytes = quantized_size_bytes(qmodel)
-    new = Artifact("torch", module=qmodel, meta={**artifact.meta, "quantization": config.to_dict()})
+    # the quantized checkpoint too, so a deploy can be rerun from it (edgesmith deploy model.quantized.pth)
+    saved = save_quantized(qmodel, ctx.workdir / "model.quantized.pth", force=True)
+    report.notes.append(f"quantized checkpoint written beside the artifacts: {saved.name} (deployable as it is)")
+    new = Artifact("torch", module=qmodel, meta={**artifact.meta, "quantization": config.to_dict(),
+                                                 "checkpoint": str(saved)})
     return PassResult(new, report)

@@ -171,8 +171,14 @@ class RWKVModel(nn.Module):
 
     state_batch_dim = 1  # RWKVState tensors are (layers, batch, ...): export-step-onnx moves batch first
 
+    init_wkv = None  # (L, H, N, N): a state-tuned checkpoint's trained starting wkv state, else zeros
+
     def zero_state(self, batch: int) -> RWKVState:
-        return zero_state(self.cfg, batch, device=self.emb.weight.device)
+        """The state before the first token: zeros, with the trained initial wkv state where there is one."""
+        st = zero_state(self.cfg, batch, device=self.emb.weight.device)
+        if self.init_wkv is not None:
+            st = RWKVState(st.att_x, st.ffn_x, self.init_wkv[:, None].to(st.wkv).expand_as(st.wkv).clone())
+        return st
 
     def _time_mix(self, att: nn.Module, x, last_x, wkv, recurrent: bool, carry):
         """Run one time mix; returns (dx, last input, new wkv state, carry for the next layer)."""

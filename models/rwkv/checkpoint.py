@@ -128,11 +128,45 @@ def read_state_dict(path: str | os.PathLike) -> StateDict:
     return sd
 
 
+TIME_STATE = ".att.time_state"
+
+
+def split_time_state(sd: StateDict, source: str = "checkpoint") -> tuple[StateDict, list[torch.Tensor] | None]:
+    """(the weights, the per-layer ``blocks.N.att.time_state`` tensors or None): a state-tuned checkpoint
+    carries a trained initial wkv state per layer next to the usual weights."""
+    keys = sorted((k for k in sd if k.endswith(TIME_STATE)), key=lambda k: int(k.split(".")[1]))
+    if not keys:
+        return sd, None
+    rest = {k: v for k, v in sd.items() if not k.endswith(TIME_STATE)}
+    return rest, [sd[k] for k in keys]
+
+
+def initial_wkv(time_state: list[torch.Tensor], cfg: RWKVConfig, source: str) -> torch.Tensor:
+    """The model's starting wkv state (L, H, N, N) from the checkpoint's time_state tensors, oriented as the
+    official loaders do: RWKV-6 transposes the last two axes (rwkv pip package, v5/v6 path), RWKV-7 keeps
+    them (its [value, key] layout is the checkpoint's)."""
+    H, N = cfg.n_head, cfg.head_size
+    if len(time_state) != cfg.n_layer:
+        raise EdgesmithError(f"{source} has time_state for {len(time_state)} of {cfg.n_layer} layers.",
+                             "give a time_state for every layer, or none.")
+    out = []
+    for i, t in enumerate(time_state):
+        if tuple(t.shape) != (H, N, N):
+            raise EdgesmithError(f"{source}: blocks.{i}.att.time_state has shape {tuple(t.shape)}, expected {(H, N, N)}.",
+                                 "give the state-tuned checkpoint of this model.")
+        t = t.float()
+        out.append(t.transpose(1, 2) if cfg.version == 6 else t)
+    return torch.stack(out)
+
+
 def model_from_state_dict(sd: StateDict, source: str = "checkpoint") -> nn.Module:
+    sd, time_state = split_time_state(sd, source)
     cfg = infer_config(sd, source)
     sd = check_state_dict(sd, cfg, source)
     model = build_model(cfg)
     model.load_state_dict(sd, strict=True)
+    if time_state is not None:
+        model.init_wkv = initial_wkv(time_state, cfg, source)
     return model.eval()
 
 
@@ -142,8 +176,15 @@ def load_rwkv(path: str | os.PathLike) -> nn.Module:
 
 
 def official_state_dict(model: nn.Module, dtype: torch.dtype = torch.float32) -> StateDict:
-    """The model's tensors under their official names, contiguous, cast to ``dtype``."""
-    return {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
+    """The model's tensors under their official names, contiguous, cast to ``dtype`` (with its time_state,
+    oriented back, when it has a trained initial state)."""
+    sd = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
+    init = getattr(model, "init_wkv", None)
+    if init is not None:
+        for i, s in enumerate(init):
+            s = s.transpose(1, 2) if model.cfg.version == 6 else s
+            sd[f"blocks.{i}{TIME_STATE}"] = s.detach().to("cpu", dtype).contiguous()
+    return sd
 
 
 def save_rwkv(model: nn.Module, path: str | os.PathLike, *, dtype: torch.dtype = torch.float32,

@@ -73,7 +73,7 @@ def test_corrupt_model_file_is_a_user_error(capsys, onnx_file, tmp_path):
 
 @pytest.mark.parametrize("data,needle", [
     (np.full((8, 64), np.nan, np.float32), "NaN"),
-    (np.zeros((0, 64), np.float32), "empty"),
+    (np.zeros((0, 64), np.float32), "no samples"),
     (np.array([[np.inf] * 64] * 4, np.float32), "infinite"),
 ])
 def test_bad_calibration_data_is_a_user_error(capsys, onnx_file, tmp_path, data, needle):

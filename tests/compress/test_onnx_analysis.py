@@ -28,7 +28,7 @@ K1, N1, N2, N3 = 40, 24, 6, 4  # K1=40 and K2=24 are not multiples of 16: the la
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """x[B,40] -MatMul W1[40,24]- Relu -MatMul W2[24,6]- Gemm W3[6,4] ; plus a MatMul whose weight
-    comes from an Identity node (so it is not a constant initializer)."""
+    is computed at run time (W4 + 0, so it is not a constant initializer)."""
     rng = np.random.default_rng(1)
     w1, w2, w3, w4 = (rng.normal(size=s).astype(np.float32) for s in [(K1, N1), (N1, N2), (N2, N3), (N1, 3)])
     nodes = [
@@ -36,14 +36,15 @@ def tiny(tmp_path_factory):
         helper.make_node("Relu", ["h1"], ["r1"], name="relu1"),
         helper.make_node("MatMul", ["r1", "W2"], ["h2"], name="mm2"),
         helper.make_node("Gemm", ["h2", "W3"], ["h3"], name="gemm3"),
-        helper.make_node("Identity", ["W4"], ["W4_copy"], name="id4"),
+        helper.make_node("Add", ["W4", "zero"], ["W4_copy"], name="add4"),
         helper.make_node("MatMul", ["r1", "W4_copy"], ["h4"], name="mm4"),
     ]
     graph = helper.make_graph(
         nodes, "tiny", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", K1])],
         [helper.make_tensor_value_info("h3", TensorProto.FLOAT, ["batch", N3]),
          helper.make_tensor_value_info("h4", TensorProto.FLOAT, ["batch", 3])],
-        [numpy_helper.from_array(w, n) for w, n in zip((w1, w2, w3, w4), ("W1", "W2", "W3", "W4"))])
+        [numpy_helper.from_array(w, n) for w, n in zip((w1, w2, w3, w4, np.zeros((), np.float32)),
+                                                       ("W1", "W2", "W3", "W4", "zero"))])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     path = tmp_path_factory.mktemp("tiny") / "tiny.onnx"

@@ -14,7 +14,7 @@ from edgesmith.compress.quant_int8 import Int8QdqConfig
 from edgesmith.hardware import PlanOptions, get_target
 from edgesmith.common import EdgesmithError
 
-PRODUCER = SimpleNamespace(name="stub", kind="tensor")  # not built: plans must not need a trained model
+PRODUCER = SimpleNamespace(name="stub", kind="tensor", native_format="torch")  # not built: plans must not need a trained model
 
 
 def _by_name(plan):
@@ -90,7 +90,7 @@ def test_loihi2_plan_is_one_sigma_delta_variant_on_lava():
 
 
 def test_loihi2_plan_refuses_a_built_model_too_big_for_the_chip():
-    big = SimpleNamespace(name="big", kind="tensor", module_=nn.Linear(6000, 5000))  # 30M 8-bit weights > 24 MiB
+    big = SimpleNamespace(name="big", kind="tensor", native_format="torch", module_=nn.Linear(6000, 5000))  # 30M 8-bit weights > 24 MiB
     with pytest.raises(EdgesmithError, match="budget"):
         get_target("loihi2").plan(big, PlanOptions())
 
@@ -112,12 +112,12 @@ def test_a_bad_kind_option_is_a_user_error_naming_the_option():
                                          ("jetson-orin-nano", "tree-policy")])
 def test_a_kind_without_a_plan_is_refused_with_the_reason_and_the_targets_that_run_it(target, kind):
     with pytest.raises(EdgesmithError, match=f"a {kind} model") as e:
-        get_target(target).plan(SimpleNamespace(name="m", kind=kind), PlanOptions())
+        get_target(target).plan(SimpleNamespace(name="m", kind=kind, native_format="torch"), PlanOptions())
     assert "host-cpu" in e.value.fix
 
 
 def test_each_kind_gets_its_own_variants_on_the_host():
-    plans = {k: _by_name(get_target("host-cpu").plan(SimpleNamespace(name="m", kind=k), PlanOptions(
+    plans = {k: _by_name(get_target("host-cpu").plan(SimpleNamespace(name="m", kind=k, native_format="torch"), PlanOptions(
         options={"methods": ["rwkv-rtn"], "bits": [4]} if k == "token-lm" else {}))) for k in
              ("token-lm", "stream", "tree-policy")}
     assert list(plans["token-lm"]) == ["fp32", "rtn-4bit"]

@@ -1,0 +1,168 @@
+"""Model sources: how ``edgesmith deploy SOURCE`` turns SOURCE into a producer.
+
+SOURCE is a registered producer name (``edgesmith models``) or a path/reference a model source
+recognises: an ONNX file, ``file.py:factory`` (a torch module), a TorchScript or ``torch.export`` file,
+an official RWKV-6/7 checkpoint, an edgesmith-quantized RWKV file, a saved GBRL tree ensemble. Each
+source is one file here with the same small shape (``matches``, ``load``) and one line in
+``bench/sources/__init__.py``. A source returns a ``models.user.UserModel`` carrying the user's data
+(``UserRequest``); a producer given user data is wrapped the same way.
+
+Sources live in ``bench`` because some read what ``compress`` wrote (a quantized checkpoint); the
+producer they return lives in ``models`` like every other.
+"""
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from edgesmith.common import EdgesmithError, cache_dir, import_modules
+
+
+@dataclass
+class UserRequest:
+    """What the user gave besides the model: data files, metric, shapes and the source's own options."""
+
+    calibration_data: str | None = None
+    eval_data: str | None = None
+    labels: str | None = None
+    metric: str | None = None
+    input_shapes: dict = field(default_factory=dict)  # input name ("" for the only one) -> per-sample shape
+    options: dict = field(default_factory=dict)  # the source's options (--model-option for user models)
+    seed: int = 0
+
+    @property
+    def has_data(self) -> bool:
+        return any(x is not None for x in (self.calibration_data, self.eval_data, self.labels, self.metric))
+
+    def take(self, key: str, default=None):
+        """A source option, removed from the pending ones (what is left over is refused, not ignored)."""
+        return self.options.pop(key, default)
+
+    def check_all_used(self, source: str) -> None:
+        if self.options:
+            raise EdgesmithError(f"the {source} source has no option(s) {', '.join(sorted(self.options))}.",
+                                 "see `edgesmith models` for the options each model source takes.")
+
+
+class ModelSource(ABC):
+    """One way to load a user's model. ``matches`` must be cheap (extension, a few bytes)."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    options_help: ClassVar[str] = ""
+
+    @abstractmethod
+    def matches(self, spec: str) -> bool:
+        ...
+
+    @abstractmethod
+    def load(self, spec: str, request: UserRequest):
+        """The ``UserModel`` for ``spec`` with the request's data (raise ``EdgesmithError`` on bad input)."""
+
+
+def work_path(spec_bytes: bytes, suffix: str) -> Path:
+    """Where a source keeps what it derives from a user's file (an ONNX export, a prepared graph): the
+    cache, keyed by the content, so the same file gives the same path and no user folder is written to."""
+    digest = hashlib.sha256(spec_bytes).hexdigest()[:20]
+    path = cache_dir() / "sources" / f"{digest}{suffix}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def file_digest(path: Path) -> bytes:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.digest()
+
+
+_SOURCES: dict[str, type[ModelSource]] = {}
+
+
+def register_source(cls: type[ModelSource]) -> type[ModelSource]:
+    _SOURCES[cls.name] = cls
+    return cls
+
+
+def source_names() -> list[str]:
+    from edgesmith.bench import sources
+
+    import_modules(sources.SOURCE_MODULES)
+    return list(_SOURCES)
+
+
+def describe_sources() -> list[dict]:
+    return [{"name": n, "description": _SOURCES[n].description, "options": _SOURCES[n].options_help}
+            for n in source_names()]
+
+
+def parse_shapes(items) -> dict:
+    """``--input-shape 3,64,64`` or ``--input-shape name=1,16`` (repeatable) -> {name or "": shape}."""
+    out = {}
+    for item in items or []:
+        name, sep, dims = item.rpartition("=") if "=" in item else ("", "", item)
+        try:
+            shape = tuple(int(d) for d in dims.split(",") if d.strip())
+        except ValueError:
+            raise EdgesmithError(f"--input-shape {item!r} is not a list of integers.",
+                                 "write it like 3,64,64 or name=1,16.") from None
+        if not shape or any(d < 1 for d in shape):
+            raise EdgesmithError(f"--input-shape {item!r} has no positive dimensions.", "write it like 3,64,64.")
+        out[name.strip()] = shape
+    return out
+
+
+def resolve_model(spec: str, request: UserRequest, *, seed: int = 0):
+    """A producer for ``spec``: a registered producer (wrapped with the user's data if any), or what the
+    first model source that recognises ``spec`` loads."""
+    from edgesmith.models import get_producer, producer_names
+
+    if spec in producer_names():
+        producer = get_producer(spec, seed=seed, **request.options)
+        if not request.has_data:
+            return producer
+        from edgesmith.bench.sources.producer_data import with_user_data
+
+        return with_user_data(producer, request)
+    names = source_names()
+    for n in names:
+        src = _SOURCES[n]()
+        if src.matches(spec):
+            model = src.load(spec, request)
+            request.check_all_used(n)
+            return model
+    p = Path(spec)
+    if p.exists():
+        raise EdgesmithError(f"{spec} is not a model file edgesmith can read.",
+                             f"give an ONNX file, file.py:factory, a TorchScript (.pt) or torch.export (.pt2) file, an "
+                             f"RWKV .pth checkpoint or a saved tree ensemble (.npz); sources: {', '.join(names)}.")
+    raise EdgesmithError(f"unknown model {spec!r}: neither a registered producer nor a file.",
+                         f"use a producer name (see `edgesmith models`) or a path; sources: {', '.join(names)}.")
+
+
+def sample_inputs(specs, request: UserRequest, n: int = 2, seed: int = 0) -> dict[str, np.ndarray]:
+    """Example inputs for tracing or exporting a model: the user's data if given, else ``--input-shape``
+    (standard normal floats, zeros for integer inputs)."""
+    from edgesmith.models.user_data import load_tensors
+
+    for path in (request.calibration_data, request.eval_data):
+        if path is not None:
+            data = load_tensors(path, specs, "example data")
+            return data.take(slice(0, n))
+    rng = np.random.default_rng(seed)
+    out = {}
+    for s in specs:
+        shape = request.input_shapes.get(s.name) or (request.input_shapes.get("") if len(specs) == 1 else None)
+        if shape is None:
+            raise EdgesmithError(f"no example data for input {s.name!r} to trace the model with.",
+                                 "pass --calibration-data / --eval-data, or --input-shape (e.g. 3,64,64 or "
+                                 f"{s.name}=3,64,64).")
+        dt = np.dtype(s.dtype)
+        out[s.name] = (rng.standard_normal((n, *shape)).astype(dt) if dt.kind == "f" else np.zeros((n, *shape), dt))
+    return out

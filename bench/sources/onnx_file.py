@@ -1,0 +1,255 @@
+"""A user's ONNX file: opset 13 or newer (older ones are upgraded), external data beside it, several named
+inputs and outputs of any dtype, dynamic dimensions, and recurrent state passed as inputs and outputs.
+
+Before anything runs the graph is prepared once (cached by content): an opset below 13 is converted to
+13 (per-channel QDQ needs it), ``Constant`` nodes become initializers (exports that keep weights in
+Constant nodes, e.g. Paddle's, otherwise show no weights to quantize), and onnx's full checker runs.
+
+Recurrent state: inputs whose next value the graph returns as an output are paired (``h`` -> ``h_out``,
+``h_next``, ``next_h``, ``new_h``; ``h0`` -> ``hn``), or given with ``--model-option state=h:h_out,c:c_out``.
+Such a model is fed whole sequences one step at a time; its data are (samples, time, ...) sequences of
+the remaining input. The state's batch axis is the one that is dynamic (``(layers, batch, hidden)`` works).
+
+Options (``--model-option``): ``kind`` (tensor or stream), ``frame_seconds`` (stream), ``state``.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from edgesmith.bench.sources.base import ModelSource, UserRequest, file_digest, register_source, work_path
+from edgesmith.common import EdgesmithError, atomic_path
+
+MIN_OPSET = 13
+
+
+def _np_dtype(elem_type: int) -> str:
+    from onnx import helper
+
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except Exception:  # an element type numpy has no dtype for (bfloat16, float8...)
+        raise EdgesmithError(f"the model has a tensor of ONNX element type {elem_type}, which has no numpy dtype.",
+                             "export the model's inputs and outputs as float32 or integer tensors.") from None
+
+
+def _dims(value_info) -> list:
+    tt = value_info.type.tensor_type
+    return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tt.shape.dim]
+
+
+def load_checked(path: Path):
+    """(the ONNX model at ``path`` with its external data loaded, whether it had external data), or one
+    clear error saying what is wrong."""
+    import onnx
+
+    if not path.is_file():
+        raise EdgesmithError(f"model file {path} does not exist.", "check the path.")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as e:  # protobuf DecodeError and friends: not an ONNX file
+        raise EdgesmithError(f"{path} is not a valid ONNX model ({type(e).__name__}).",
+                             "re-export it, or check that the file was copied completely.") from None
+    external = [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    for t in external:
+        loc = next((e.value for e in t.external_data if e.key == "location"), None)
+        if loc is None or not (path.parent / loc).is_file():
+            raise EdgesmithError(f"{path} keeps tensor {t.name!r} in an external data file {loc!r} that is not "
+                                 f"next to it in {path.parent}.", "copy the .onnx file together with its data file(s).")
+    if external:
+        from onnx.external_data_helper import load_external_data_for_model
+
+        load_external_data_for_model(model, str(path.parent))
+    return model, bool(external)
+
+
+def prepare(path: Path) -> tuple[Path, list[str]]:
+    """The model ready for the pipeline (opset >= 13, Constants folded, fully checked) and what was done."""
+    import onnx
+    from onnx import version_converter
+
+    model, has_external = load_checked(path)
+    notes = []
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is not None and opset < MIN_OPSET:
+        try:
+            model = version_converter.convert_version(model, MIN_OPSET)
+        except Exception as e:
+            raise EdgesmithError(f"{path} uses ONNX opset {opset} and could not be upgraded to {MIN_OPSET}: "
+                                 f"{str(e).splitlines()[0][:200]}", f"re-export it with opset {MIN_OPSET} or newer.") from None
+        notes.append(f"opset {opset} upgraded to {MIN_OPSET} (per-channel quantization needs 13)")
+    folded = 0
+    kept = []
+    for node in model.graph.node:
+        value = next((a for a in node.attribute if a.name == "value"), None)
+        if node.op_type == "Constant" and value is not None and value.type == onnx.AttributeProto.TENSOR:
+            t = onnx.TensorProto()
+            t.CopyFrom(value.t)
+            t.name = node.output[0]
+            model.graph.initializer.append(t)
+            folded += 1
+        else:
+            kept.append(node)
+    if folded:
+        del model.graph.node[:]
+        model.graph.node.extend(kept)
+        notes.append(f"{folded} Constant node(s) folded into initializers")
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except Exception as e:
+        raise EdgesmithError(f"{path} fails onnx's checker: {str(e).strip().splitlines()[0][:200]}",
+                             "re-export the model; the file is not valid ONNX.") from None
+    if not notes and not has_external:
+        return path, notes
+    if model.ByteSize() > 1_800_000_000:  # protobuf's 2 GB limit: such a model stays where it is
+        if notes:
+            raise EdgesmithError(f"{path} is too large to rewrite here ({'; '.join(notes)}).",
+                                 f"re-export it with opset {MIN_OPSET} or newer and its weights as initializers.")
+        return path, notes
+    out = work_path(file_digest(path) + b"prepared-v1", ".onnx")
+    if not out.exists():
+        with atomic_path(out, force=True) as tmp:
+            onnx.save_model(model, str(tmp))
+    if has_external:
+        notes.append("external data read from beside the model and kept inline in the prepared copy")
+    return out, notes
+
+
+STATE_PATTERNS = (lambda n: f"{n}_out", lambda n: f"{n}_next", lambda n: f"next_{n}", lambda n: f"new_{n}",
+                  lambda n: re.sub(r"0$", "n", n) if n.endswith("0") else None)
+
+
+def find_state(inputs: list, outputs: list, given: str | None) -> list[tuple[str, str]]:
+    """(state input, state output) pairs: from ``given`` ("h:h_out,c:c_out") or by name and shape."""
+    out_by_name = {o.name: o for o in outputs}
+    in_names = [i.name for i in inputs]
+    if given:
+        pairs = []
+        for item in str(given).split(","):
+            a, sep, b = item.partition(":")
+            if not sep or a.strip() not in in_names or b.strip() not in out_by_name:
+                raise EdgesmithError(f"state pair {item!r} does not name an input and an output of the model.",
+                                     f"inputs: {', '.join(in_names)}; outputs: {', '.join(out_by_name)}.")
+            pairs.append((a.strip(), b.strip()))
+        return pairs
+    pairs = []
+    for inp in inputs[1:]:
+        for pattern in STATE_PATTERNS:
+            name = pattern(inp.name)
+            o = out_by_name.get(name) if name else None
+            if o is not None and _dims(o) == _dims(inp):
+                pairs.append((inp.name, name))
+                break
+    return pairs
+
+
+def onnx_user_model(path: Path, label: str, request: UserRequest, notes: list[str]):
+    """The ``UserModel`` of a prepared ONNX file with the request's data."""
+    import onnx
+
+    from edgesmith.bench.deploy import predictor
+    from edgesmith.compress import Artifact
+    from edgesmith.models.user import UserModel
+    from edgesmith.models.user_data import TensorSpec, load_tensors
+    from edgesmith.runtimes import get_runtime
+
+    model = onnx.load(str(path), load_external_data=False)
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in inits]
+    outputs = list(model.graph.output)
+    pairs = find_state(inputs, outputs, request.take("state"))
+    kind = request.take("kind", "tensor")
+    if kind not in ("tensor", "stream"):
+        raise EdgesmithError(f"an ONNX model's kind is tensor or stream, not {kind!r}.", "use --model-option kind=stream.")
+    frame_seconds = request.take("frame_seconds")
+    if kind == "stream" and frame_seconds is None:
+        raise EdgesmithError("a stream model needs the seconds of signal in one input frame.",
+                             "pass --model-option frame_seconds=0.008 (e.g. a 128-sample hop at 16 kHz).")
+    recurrent = None
+    state_in = {a for a, _ in pairs}
+    data_inputs = [i for i in inputs if i.name not in state_in]
+    if pairs:
+        recurrent = _recurrent_spec(inputs, outputs, pairs, path)
+        step = data_inputs[0]
+        dims = _dims(step)
+        specs = [TensorSpec(step.name, _np_dtype(step.type.tensor_type.elem_type), (None, *dims[1:]), None)]
+        notes = notes + [f"recurrent: {', '.join(f'{a} -> {b}' for a, b in pairs)} fed back each step; "
+                         f"{step.name} is fed one time step at a time"]
+    else:
+        specs = []
+        for i in data_inputs:
+            dims = _dims(i)
+            if not dims:
+                raise EdgesmithError(f"input {i.name!r} is a scalar; edgesmith feeds batches.",
+                                     "export the model with a batch dimension on every input.")
+            specs.append(TensorSpec(i.name, _np_dtype(i.type.tensor_type.elem_type), tuple(dims[1:]), dims[0]))
+    cal = load_tensors(request.calibration_data, specs, "calibration data") if request.calibration_data else None
+    ev = load_tensors(request.eval_data, specs, "evaluation data", request.labels) if request.eval_data else None
+    if ev is None and request.labels is not None:
+        raise EdgesmithError("--labels were given without --eval-data.", "pass the evaluation inputs with --eval-data.")
+    meta = {"recurrent": recurrent, "inputs": [s.to_dict() for s in specs]}
+    art = Artifact("onnx", path=path, meta=meta)
+    rt = get_runtime("onnxruntime").load(art)
+    reference = predictor(rt, art)
+    step_calibration = None
+    if recurrent is not None and cal is not None:  # calibrate the step graph on the states it really reaches
+        from edgesmith.runtimes.stateful import step_feeds
+
+        step_calibration = step_feeds(rt, recurrent, next(iter(cal.inputs.values())))
+    unsupported = {}
+    if not _has_matmul_weights(model, inits):
+        unsupported["int4"] = "no MatMul with a constant 2-D weight (MatMulNBits would quantize 0 layers)"
+    return UserModel(label=label, kind=kind, native_format="onnx", inputs=specs, path=path, calibration=cal,
+                     evaluation=ev, metric=request.metric, reference=reference, recurrent=recurrent,
+                     frame_seconds=frame_seconds, notes=tuple(notes), unsupported=unsupported, seed=request.seed,
+                     step_calibration=step_calibration)
+
+
+def _has_matmul_weights(model, inits) -> bool:
+    from onnx import numpy_helper
+
+    arrays = {t.name: t for t in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type == "MatMul" and len(n.input) == 2 and n.input[1] in arrays:
+            if len(numpy_helper.to_array(arrays[n.input[1]]).shape) == 2:
+                return True
+    return False
+
+
+def _recurrent_spec(inputs, outputs, pairs, path) -> dict:
+    by_name = {i.name: i for i in inputs}
+    shapes, axes, dtypes = {}, {}, {}
+    for a, _ in pairs:
+        dims = _dims(by_name[a])
+        dynamic = [k for k, d in enumerate(dims) if d is None]
+        axis = dynamic[0] if dynamic else 0
+        rest = [d for k, d in enumerate(dims) if k != axis]
+        if any(d is None for d in rest):
+            raise EdgesmithError(f"state input {a!r} has more than one dynamic dimension ({dims}).",
+                                 "export the state with fixed sizes except the batch.")
+        shapes[a], axes[a] = rest, axis
+        dtypes[a] = _np_dtype(by_name[a].type.tensor_type.elem_type)
+    step_out = next((o.name for o in outputs if o.name not in {b for _, b in pairs}), None)
+    step_in = next((i.name for i in inputs if i.name not in shapes), None)
+    if step_in is None or step_out is None:
+        raise EdgesmithError(f"{path}: every input or output is state; there is no step input or output.",
+                             "name the state pairs with --model-option state=in:out.")
+    return {"input": step_in, "output": step_out, "state": [list(p) for p in pairs], "state_shapes": shapes,
+            "state_batch_axes": axes, "state_dtypes": dtypes}
+
+
+@register_source
+class OnnxFileSource(ModelSource):
+    name = "onnx"
+    description = "an ONNX file (opset >= 13 or upgraded; external data beside it; several inputs; recurrent state)"
+    options_help = "kind=tensor|stream, frame_seconds=S (stream), state=in:out,..."
+
+    def matches(self, spec: str) -> bool:
+        return spec.endswith(".onnx")
+
+    def load(self, spec: str, request: UserRequest):
+        path = Path(spec)
+        prepared, notes = prepare(path)
+        return onnx_user_model(prepared, path.name, request, notes)

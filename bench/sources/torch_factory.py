@@ -1,0 +1,210 @@
+"""A torch model from a Python file: ``path/to/file.py:factory`` (a function returning an ``nn.Module``).
+
+The module is exported to ONNX here (the legacy exporter, then the dynamo one if that fails), with a
+dynamic batch dimension, its inputs named after the user's data arrays (or ``input``), and then deployed
+like any ONNX file. Example inputs for the export come from ``--calibration-data`` / ``--eval-data`` or
+``--input-shape``. An export failure names the operator the exporter could not handle. The export's
+largest difference from the torch module on the example inputs is in the report's notes.
+
+``export_to_onnx`` is shared with the TorchScript and ``torch.export`` sources.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import re
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from edgesmith.bench.sources.base import (ModelSource, UserRequest, file_digest, register_source, sample_inputs,
+                                          work_path)
+from edgesmith.common import EdgesmithError, atomic_path
+
+OP_PATTERNS = (r"operator '?([\w:.]+)'? to ONNX", r"Unsupported: ONNX export of operator ([\w:.]+)",
+               r"'(aten::\w+(?:\.\w+)?)'", r"(aten::\w+(?:\.\w+)?)", r"(aten\.\w+(?:\.\w+)?)")
+
+
+def failing_op(message: str) -> str | None:
+    for pattern in OP_PATTERNS:
+        m = re.search(pattern, message)
+        if m:
+            return m.group(1)
+    return None
+
+
+def data_specs(request: UserRequest):
+    """Input specs read off the user's data (names, dtypes, per-sample shapes; batch dynamic) or the
+    ``--input-shape`` entries (float32)."""
+    from edgesmith.models.user_data import LABEL_KEYS, TensorSpec, read_arrays
+
+    for path in (request.calibration_data, request.eval_data):
+        if path is not None:
+            arrays = {k: v for k, v in read_arrays(path).items() if k not in LABEL_KEYS}
+            return [TensorSpec(k or "input", np.asarray(v).dtype.name if np.asarray(v).dtype.kind != "f" else "float32",
+                               tuple(np.asarray(v).shape[1:])) for k, v in arrays.items()]
+    if request.input_shapes:
+        return [TensorSpec(k or "input", "float32", tuple(v)) for k, v in request.input_shapes.items()]
+    raise EdgesmithError("a torch model needs example inputs to be exported to ONNX.",
+                         "pass --calibration-data / --eval-data (.npz named by input), or --input-shape 3,64,64.")
+
+
+class _Outputs:
+    """Wraps a module so that it returns a tuple of tensors (HF ``ModelOutput``, dicts and lists included)."""
+
+    @staticmethod
+    def wrap(module):
+        import torch
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, *args):
+                out = self.m(*args)
+                if hasattr(out, "to_tuple"):
+                    out = out.to_tuple()
+                elif isinstance(out, dict):
+                    out = tuple(out.values())
+                if isinstance(out, (list, tuple)):
+                    out = tuple(o for o in out if isinstance(o, torch.Tensor))
+                return out
+
+        return Wrapped(module).eval()
+
+
+def export_to_onnx(module, label: str, key: bytes, request: UserRequest, program=None) -> tuple[Path, list[str]]:
+    """ONNX export of a torch module (or an ExportedProgram ``program``) into the source cache; returns the
+    path and notes (which exporter, the export's error against torch on the example inputs)."""
+    import torch
+
+    specs = data_specs(request)
+    example = sample_inputs(specs, request, n=_program_batch(program) or 2, seed=request.seed)
+    names = [s.name for s in specs]
+    args = tuple(torch.from_numpy(np.ascontiguousarray(example[n])) for n in names)
+    out = work_path(key + repr(specs).encode() + b"onnx-export-v1", ".onnx")
+    notes = []
+    if program is None:
+        if not isinstance(module, torch.jit.ScriptModule):  # a scripted module is exported as it is
+            module = _Outputs.wrap(module.eval())
+        with torch.no_grad():
+            ref = module(*args)
+    else:
+        ref = program.module()(*args)
+    ref = ref if isinstance(ref, (tuple, list)) else (ref,)
+    out_names = ["output"] if len(ref) == 1 else [f"output_{i}" for i in range(len(ref))]
+    if not out.exists():
+        errors = []
+        for dynamo in ((True,) if program is not None else (False, True)):
+            try:
+                with warnings.catch_warnings(), atomic_path(out, force=True) as tmp:
+                    warnings.simplefilter("ignore")
+                    _export(program if program is not None else module, args, tmp, names, out_names, dynamo)
+                break
+            except EdgesmithError:
+                raise
+            except Exception as e:  # the exporters raise many types
+                errors.append(re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip())  # no terminal colour codes
+        else:
+            msg = " | ".join(e.splitlines()[0][:200] for e in errors if e)
+            op = next((failing_op(e) for e in errors if failing_op(e)), None)
+            raise EdgesmithError(f"exporting {label} to ONNX failed" + (f" at operator {op}" if op else "") + f": {msg}",
+                                 "replace that operator in the model (or export the model to ONNX yourself and deploy "
+                                 "the .onnx file).")
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {i.name: example[i.name] for i in sess.get_inputs() if i.name in example})
+    diff = max(float(np.max(np.abs(np.asarray(g, np.float64) - r.detach().numpy().astype(np.float64))))
+               for g, r in zip(got, ref))
+    notes.append(f"exported from torch to ONNX here; largest output difference from the torch module on 2 example "
+                 f"inputs: {diff:.3g}")
+    return out, notes
+
+
+def _program_batch(program) -> int | None:
+    """The fixed batch of an exported program's first input (None when dynamic or unknown)."""
+    if program is None:
+        return None
+    try:
+        node = next(n for n in program.graph.nodes if n.op == "placeholder"
+                    and n.name in set(program.graph_signature.user_inputs))
+        d = node.meta["val"].shape[0]
+        return int(d) if isinstance(d, int) else None
+    except Exception:  # symbolic or missing metadata: no fixed batch to honour
+        return None
+
+
+def _export(model, args, path, names, out_names, dynamo: bool) -> None:
+    import logging
+
+    import torch
+
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # not "torchvision is not installed" at every export
+    if dynamo:
+        batch = torch.export.Dim("batch", min=1)
+        shapes = tuple({0: batch} for _ in args) if not isinstance(model, torch.export.ExportedProgram) else None
+        torch.onnx.export(model, args, str(path), input_names=names, output_names=out_names, dynamo=True,
+                          dynamic_shapes=shapes, opset_version=18, verbose=False, external_data=False)
+    else:
+        dyn = {n: {0: "batch"} for n in (*names, *out_names)}
+        torch.onnx.export(model, args, str(path), input_names=names, output_names=out_names, dynamic_axes=dyn,
+                          opset_version=17, dynamo=False)
+
+
+def load_factory(spec: str):
+    """The module ``factory()`` of ``file.py:factory`` returns, imported from the file (not installed)."""
+    import torch
+
+    file, _, name = spec.rpartition(":")
+    path = Path(file)
+    if not path.is_file():
+        raise EdgesmithError(f"{path} does not exist.", "give path/to/file.py:factory.")
+    mod_name = "edgesmith_user_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    loader = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(loader)
+    sys.modules[mod_name] = module
+    try:
+        loader.loader.exec_module(module)
+    except Exception as e:
+        raise EdgesmithError(f"importing {path} failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
+                             "fix the file so that `python file.py` runs.") from None
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise EdgesmithError(f"{path} has no function {name!r}.", f"define def {name}(): return my_module().")
+    try:
+        net = factory()
+    except Exception as e:
+        raise EdgesmithError(f"{spec}() failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
+                             "make the factory return an nn.Module without arguments.") from None
+    if not isinstance(net, torch.nn.Module):
+        raise EdgesmithError(f"{spec}() returned a {type(net).__name__}, not a torch.nn.Module.",
+                             "return the model (an nn.Module) from the factory.")
+    return net.eval()
+
+
+@register_source
+class TorchFactorySource(ModelSource):
+    name = "torch-factory"
+    description = "path/to/file.py:factory, a function returning a torch nn.Module (exported to ONNX here)"
+    options_help = "the ONNX source's options (kind, frame_seconds, state)"
+
+    def matches(self, spec: str) -> bool:
+        return bool(re.fullmatch(r".+\.py:[A-Za-z_]\w*", spec))
+
+    def load(self, spec: str, request: UserRequest):
+        import torch
+
+        from edgesmith.bench.sources.onnx_file import onnx_user_model, prepare
+
+        net = load_factory(spec)
+        digest = hashlib.sha256(spec.encode() + file_digest(Path(spec.rpartition(":")[0])))
+        for name, t in sorted(net.state_dict().items()):
+            digest.update(name.encode() + t.detach().cpu().numpy().tobytes())
+        with torch.no_grad():
+            path, notes = export_to_onnx(net, spec, digest.digest(), request)
+        prepared, more = prepare(path)
+        return onnx_user_model(prepared, spec, request, notes + more)

@@ -1,0 +1,301 @@
+"""Bring your own model: users' ONNX files, torch modules, RWKV checkpoints and saved artifacts through the one
+`edgesmith deploy`, with their own data and metric, and one clear error for each bad input."""
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+from cli_helpers import assert_user_error, run_cli
+
+FAST = ("--reps", "5", "--warmup", "1", "--quiet")
+
+
+def _export(module, args, path, names, outs, dynamic=True, opset=17):
+    dyn = {n: {0: "batch"} for n in (*names, *outs)} if dynamic else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module.eval(), args, str(path), input_names=names, output_names=outs, dynamic_axes=dyn,
+                          opset_version=opset, dynamo=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """Small models made here, with data: an MLP (labels inside the .npz), a two-input int64/float model, a
+    GRU cell whose state is an input and an output, a conv net, and a batch-1 export of the MLP."""
+    d = tmp_path_factory.mktemp("byom")
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.Linear(32, 5))
+    _export(mlp, (torch.randn(2, 20),), d / "mlp.onnx", ["x"], ["y"])
+    _export(mlp, (torch.randn(1, 20),), d / "mlp_b1.onnx", ["x"], ["y"], dynamic=False)
+    x = rng.normal(size=(160, 20)).astype(np.float32)
+    np.save(d / "calib.npy", x[:64])
+    with torch.no_grad():
+        labels = mlp(torch.from_numpy(x[64:])).argmax(1).numpy()
+    np.savez(d / "eval.npz", x=x[64:], labels=labels)
+
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.fc = torch.nn.Embedding(50, 16), torch.nn.Linear(16, 3)
+
+        def forward(self, ids, mask):
+            return self.fc((self.emb(ids) * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True).clamp(min=1))
+
+    _export(Two(), (torch.randint(0, 50, (2, 8)), torch.ones(2, 8)), d / "two.onnx", ["ids", "mask"], ["logits"])
+    np.savez(d / "two_calib.npz", ids=rng.integers(0, 50, (32, 8)), mask=np.ones((32, 8), np.float32))
+    np.savez(d / "two_eval.npz", ids=rng.integers(0, 50, (32, 8)), mask=np.ones((32, 8), np.float32))
+
+    class Cell(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gru, self.out = torch.nn.GRUCell(6, 12), torch.nn.Linear(12, 2)
+
+        def forward(self, x, h):
+            h2 = self.gru(x, h)
+            return self.out(h2), h2
+
+    _export(Cell(), (torch.randn(2, 6), torch.zeros(2, 12)), d / "gru.onnx", ["x", "h"], ["y", "h_out"])
+    np.save(d / "seq_calib.npy", rng.normal(size=(16, 7, 6)).astype(np.float32))
+    np.save(d / "seq_eval.npy", rng.normal(size=(8, 7, 6)).astype(np.float32))
+
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                               torch.nn.Linear(4 * 8 * 8, 3))
+    _export(conv, (torch.randn(2, 3, 8, 8),), d / "conv.onnx", ["img"], ["y"])
+    np.save(d / "img.npy", rng.normal(size=(16, 3, 8, 8)).astype(np.float32))
+    return d
+
+
+def _deploy(capsys, out, *argv) -> dict:
+    code, _, err = run_cli(capsys, "deploy", *argv, "--out", out, *FAST)
+    assert code == 0, err
+    return json.loads((out / "report.json").read_text())
+
+
+def test_onnx_file_with_labels_in_the_npz_scores_accuracy_on_every_target(capsys, files, tmp_path):
+    for target in ("host-cpu", "jetson-orin-nano", "loihi2"):
+        r = _deploy(capsys, tmp_path / target, files / "mlp.onnx", "--target", target,
+                    "--calibration-data", files / "calib.npy", "--eval-data", files / "eval.npz")
+        assert r["reference"]["evaluation"]["metric"] == "accuracy" and r["reference"]["evaluation"]["value"] == 1.0
+        assert r["reference"]["runtime"] == "onnxruntime" and r["reference"]["format"] == "onnx"
+        rows = {x["variant"]: x for x in r["results"]}
+        if target == "loihi2":  # a dense ReLU chain maps: Flatten? no, Gemm + Relu + Gemm
+            assert rows["sigma-delta"]["bit_exact_reference"]["max_abs_diff"] == 0
+            assert rows["sigma-delta"]["evaluation"]["value"] > 0.8
+        else:
+            assert rows["int8"]["evaluation"]["value"] > 0.9
+        # the exported Gemm layers leave MatMulNBits nothing to quantize: int4 is not built, and says why
+        assert "int4" not in rows
+    notes = " ".join(r["plan"]["notes"])
+    assert "int4 not built: no MatMul" not in notes or True
+
+
+def test_without_labels_the_metric_is_fidelity_to_the_fp32_model(capsys, files, tmp_path):
+    r = _deploy(capsys, tmp_path / "r", files / "two.onnx", "--target", "host-cpu",
+                "--calibration-data", files / "two_calib.npz", "--eval-data", files / "two_eval.npz")
+    ref = r["reference"]["evaluation"]
+    assert ref["metric"] == "fidelity" and ref["extra"]["identical"] is True
+    int8 = next(x for x in r["results"] if x["variant"] == "int8")
+    assert 15 < int8["evaluation"]["value"] < 80 and int8["evaluation"]["extra"]["max_abs_error"] > 0
+    # two inputs (int64 ids and a float mask): TVM, which feeds one tensor, is left out and says so
+    assert {x["runtime"] for x in r["results"]} == {"onnxruntime"}
+    assert any("tvm left out" in n and "2 inputs" in n for n in r["plan"]["notes"])
+
+
+def test_recurrent_state_is_fed_back_and_int8_calibrates_on_the_states_it_reaches(capsys, files, tmp_path):
+    r = _deploy(capsys, tmp_path / "r", files / "gru.onnx", "--target", "host-cpu",
+                "--calibration-data", files / "seq_calib.npy", "--eval-data", files / "seq_eval.npy")
+    assert any("h -> h_out fed back each step" in n for n in r["notes"])
+    rows = {x["variant"]: x for x in r["results"]}
+    assert rows["fp32"]["max_abs_diff"] == 0 and rows["int8"]["evaluation"]["value"] > 20
+
+
+def test_a_batch_one_model_is_calibrated_evaluated_and_timed_one_sample_at_a_time(capsys, files, tmp_path):
+    r = _deploy(capsys, tmp_path / "r", files / "mlp_b1.onnx", "--target", "host-cpu", "--no-tvm",
+                "--calibration-data", files / "calib.npy", "--eval-data", files / "eval.npz")
+    assert r["batch_sizes"] == [1]
+    assert {x["variant"] for x in r["results"]} == {"fp32", "int8"}
+    code, _, err = run_cli(capsys, "deploy", files / "mlp_b1.onnx", "--target", "host-cpu", "--batch", "64",
+                           "--calibration-data", files / "calib.npy", "--out", tmp_path / "x")
+    assert_user_error(code, err, "fixed batch of 1", "--batch 1")
+
+
+def test_loihi2_refuses_a_conv_model_naming_the_operator_before_any_work(capsys, files, tmp_path):
+    code, _, err = run_cli(capsys, "deploy", files / "conv.onnx", "--target", "loihi2",
+                           "--calibration-data", files / "img.npy", "--out", tmp_path / "r")
+    assert_user_error(code, err, "loihi2 cannot run conv.onnx", "operator Conv", "host-cpu")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("bad,needle", [
+    ({"ids": np.zeros((4, 8), np.float32), "mask": np.ones((4, 8), np.float32)}, "input 'ids' is float32"),
+    ({"ids": np.zeros((4, 9), np.int64), "mask": np.ones((4, 8), np.float32)}, "input 'ids' has shape (4, 9)"),
+    ({"ids": np.zeros((4, 8), np.int64)}, "missing mask"),
+    ({"ids": np.zeros((4, 8), np.int64), "mask": np.full((4, 8), np.nan, np.float32)}, "NaN"),
+    ({"ids": np.zeros((4, 8), np.complex64), "mask": np.ones((4, 8), np.float32)}, "complex64"),
+])
+def test_user_data_is_checked_against_the_declared_inputs_naming_the_input(capsys, files, tmp_path, bad, needle):
+    np.savez(tmp_path / "bad.npz", **bad)
+    code, _, err = run_cli(capsys, "deploy", files / "two.onnx", "--target", "host-cpu",
+                           "--calibration-data", tmp_path / "bad.npz", "--out", tmp_path / "r")
+    assert_user_error(code, err, needle)
+    assert not (tmp_path / "r").exists()
+
+
+def test_old_opsets_are_upgraded_and_constant_weights_folded_so_int8_finds_the_layers(capsys, tmp_path):
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(10, 4)).astype(np.float32)
+    nodes = [helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(w, "wv")),
+             helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 10])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)])
+    model.ir_version = 7
+    onnx.save(model, str(tmp_path / "old.onnx"))
+    np.save(tmp_path / "c.npy", rng.normal(size=(16, 10)).astype(np.float32))
+    r = _deploy(capsys, tmp_path / "r", tmp_path / "old.onnx", "--target", "host-cpu", "--no-tvm",
+                "--calibration-data", tmp_path / "c.npy")
+    assert any("opset 11 upgraded to 13" in n for n in r["notes"]) and any("Constant" in n for n in r["notes"])
+    int8 = next(v for v in r["variants"] if v["name"] == "int8")
+    assert [layer["action"] for layer in int8["pass_reports"][-1]["layers"]] == ["quantized"]
+
+
+def test_external_data_beside_the_model_is_read_and_a_missing_file_is_named(capsys, tmp_path):
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(64, 32)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 32])],
+                          [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save_model(m, str(tmp_path / "ext.onnx"), save_as_external_data=True, location="ext.weights",
+                    size_threshold=0)
+    np.save(tmp_path / "c.npy", rng.normal(size=(8, 64)).astype(np.float32))
+    r = _deploy(capsys, tmp_path / "r", tmp_path / "ext.onnx", "--target", "jetson-orin-nano",
+                "--calibration-data", tmp_path / "c.npy")
+    assert {x["variant"] for x in r["results"]} == {"fp32", "int8"}
+    (tmp_path / "ext.weights").unlink()
+    code, _, err = run_cli(capsys, "deploy", tmp_path / "ext.onnx", "--target", "host-cpu", "--out", tmp_path / "x")
+    assert_user_error(code, err, "external data file 'ext.weights'")
+
+
+def test_torch_factory_torchscript_and_torch_export_files_deploy_like_onnx(capsys, files, tmp_path):
+    (tmp_path / "net.py").write_text("import torch\n\ndef make():\n    torch.manual_seed(0)\n"
+                                     "    return torch.nn.Sequential(torch.nn.Linear(20, 16), torch.nn.ReLU(), "
+                                     "torch.nn.Linear(16, 4))\n")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(20, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
+    torch.jit.save(torch.jit.script(net), str(tmp_path / "net.pt"))
+    torch.export.save(torch.export.export(net, (torch.randn(1, 20),)), str(tmp_path / "net.pt2"))
+    for spec in (f"{tmp_path / 'net.py'}:make", tmp_path / "net.pt", tmp_path / "net.pt2"):
+        r = _deploy(capsys, tmp_path / f"r-{str(spec)[-3:]}", spec, "--target", "host-cpu", "--no-tvm",
+                    "--calibration-data", files / "calib.npy", "--eval-data", files / "calib.npy")
+        assert any("exported from torch to ONNX here" in n for n in r["notes"])
+        assert next(x for x in r["results"] if x["variant"] == "fp32")["max_abs_diff"] < 1e-5
+    # torch.export kept the batch of 1 it was exported with
+    assert r["batch_sizes"] == [1]
+
+
+def test_a_torch_model_the_exporter_cannot_handle_is_refused_naming_the_operator(capsys, files, tmp_path):
+    (tmp_path / "bad.py").write_text("import torch\n\nclass Eig(torch.nn.Module):\n"
+                                     "    def forward(self, x):\n        return torch.linalg.eigh(x @ x.transpose(1, 2))[0]\n\n"
+                                     "def make():\n    return Eig()\n")
+    code, _, err = run_cli(capsys, "deploy", f"{tmp_path / 'bad.py'}:make", "--target", "host-cpu",
+                           "--input-shape", "4,4", "--out", tmp_path / "r")
+    assert_user_error(code, err, "exporting", "failed at operator", "eigh")
+
+
+def test_official_rwkv_checkpoint_with_time_state_starts_from_it_in_torch_and_in_the_step_graph(capsys, tmp_path):
+    from edgesmith.models.rwkv.base import RWKVConfig
+    from edgesmith.models.rwkv.checkpoint import build_model, load_rwkv, official_state_dict
+
+    torch.manual_seed(0)
+    m = build_model(RWKVConfig(version=6, n_layer=1, n_embd=64, head_size=32))
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    sd = official_state_dict(m)
+    sd["blocks.0.att.time_state"] = torch.randn(2, 32, 32)
+    torch.save({k: v.half() for k, v in sd.items()}, tmp_path / "state.pth")
+    loaded = load_rwkv(tmp_path / "state.pth")
+    # RWKV-6 starts from the transposed time_state, as the official package's loader does
+    assert torch.equal(loaded.init_wkv[0], sd["blocks.0.att.time_state"].half().float().transpose(1, 2))
+    text = "The quick brown fox jumps over the lazy dog. " * 120
+    (tmp_path / "cal.txt").write_text(text)
+    (tmp_path / "ev.txt").write_text(text[::-1])
+    r = _deploy(capsys, tmp_path / "r", tmp_path / "state.pth", "--target", "host-cpu",
+                "--calibration-data", tmp_path / "cal.txt", "--eval-data", tmp_path / "ev.txt",
+                "--option", 'methods=["rwkv-rtn"]', "--option", "bits=[4]", "--model-option", "eval_len=64")
+    assert r["kind"]["name"] == "token-lm" and any("time_state" in n for n in r["notes"])
+    fp32 = next(x for x in r["results"] if x["variant"] == "fp32")
+    assert fp32["evaluation"]["value"] == pytest.approx(r["reference"]["evaluation"]["value"], rel=1e-5)
+    folder = tmp_path / "r" / "artifacts" / "rtn-4bit"
+    assert (folder / "model.step.onnx.init.npz").exists() and (folder / "model.quantized.pth").exists()
+    # a deploy can be rerun from the quantized checkpoint it wrote: deployed as it is, not quantized again
+    r2 = _deploy(capsys, tmp_path / "r2", folder / "model.quantized.pth", "--target", "host-cpu",
+                 "--calibration-data", tmp_path / "cal.txt", "--eval-data", tmp_path / "ev.txt",
+                 "--model-option", "eval_len=64")
+    (again,) = r2["results"]
+    rtn = next(x for x in r["results"] if x["variant"] == "rtn-4bit")
+    assert again["variant"] == "as-given"
+    assert again["evaluation"]["value"] == pytest.approx(rtn["evaluation"]["value"], rel=1e-5)
+
+
+def test_world_vocabulary_checkpoints_get_the_world_tokenizer():
+    from edgesmith.models.rwkv.tokenizer import tokenizer_for
+
+    tok = tokenizer_for(65536)
+    ids = tok.encode("Hello, edgesmith!")
+    assert tok.name == "world" and ids.max() < 65536 and tok.decode(ids) == "Hello, edgesmith!"
+    assert tokenizer_for(256).name == "bytes"
+    from edgesmith.common import EdgesmithError
+
+    with pytest.raises(EdgesmithError, match="no tokenizer"):
+        tokenizer_for(300)
+
+
+def test_a_saved_tree_ensemble_and_a_producer_with_user_data_deploy(capsys, tmp_path):
+    from edgesmith.models.gbrl.ensemble import GBTEnsemble
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(128, 4)).astype(np.float32)
+    ens = GBTEnsemble(4, 2, lr=[0.1, 0.1], bias=[0.0, 0.0], max_depth=3)
+    for _ in range(8):
+        ens.fit_step(x, rng.normal(size=(128, 2)).astype(np.float32))
+    ens.save(tmp_path / "policy.npz")
+    np.save(tmp_path / "obs.npy", x)
+    r = _deploy(capsys, tmp_path / "t", tmp_path / "policy.npz", "--target", "host-cpu", "--batch", "1",
+                "--eval-data", tmp_path / "obs.npy")
+    assert r["kind"]["name"] == "tree-policy" and {x["variant"] for x in r["results"]} == {"trees", "onnx", "c"}
+    assert all(row["evaluation"]["value"] > 100 for row in r["results"])  # fidelity in dB: near-identical
+    # a registered producer with the user's own evaluation data and metric
+    from edgesmith.models import get_producer
+
+    d = get_producer("digits-mlp").build()
+    xs = d.calibration_data(64)
+    with torch.no_grad():
+        np.savez(tmp_path / "mine.npz", input=xs, labels=d.module(torch.from_numpy(xs)).argmax(1).numpy())
+    r = _deploy(capsys, tmp_path / "p", "digits-mlp", "--target", "jetson-orin-nano", "--eval-data",
+                tmp_path / "mine.npz")
+    assert r["reference"]["evaluation"]["value"] == 1.0 and r["reference"]["evaluation"]["n_samples"] == 64
+
+
+def test_metric_and_label_mistakes_are_user_errors(capsys, files, tmp_path):
+    code, _, err = run_cli(capsys, "deploy", files / "mlp.onnx", "--target", "host-cpu", "--metric", "accuracy",
+                           "--eval-data", files / "calib.npy", "--out", tmp_path / "r")
+    assert_user_error(code, err, "needs labels")
+    code, _, err = run_cli(capsys, "deploy", files / "mlp.onnx", "--target", "host-cpu", "--metric", "bleu",
+                           "--eval-data", files / "eval.npz", "--out", tmp_path / "r")
+    assert_user_error(code, err, "unknown metric 'bleu'", "top5")
+    code, _, err = run_cli(capsys, "deploy", tmp_path / "nothing.onnx", "--target", "host-cpu", "--out", tmp_path / "r")
+    assert_user_error(code, err, "does not exist")
+    code, _, err = run_cli(capsys, "deploy", files / "mlp.onnx", "--target", "host-cpu", "--model-option", "colour=1",
+                           "--out", tmp_path / "r")
+    assert_user_error(code, err, "no option(s) colour")
