@@ -216,7 +216,7 @@ def deploy(opts: DeployOptions) -> Path:
     ref_name = REFERENCE_RUNTIMES[ref_art.format]
     ref_rt = get_runtime(ref_name, threads=threads).load(ref_art)
     ref_eval = producer.evaluate(predictor(ref_rt, ref_art))
-    probe = producer.example_inputs(getattr(producer, "fixed_batch", None) or 16)
+    probe = producer.example_inputs(getattr(producer, "fixed_batch", None) or kind.probe_samples)
     ref_out = predictor(ref_rt, ref_art)(probe)
     ood_ref = ood_reference(producer, lambda x: ref_rt.run(x).outputs, seed=opts.seed)  # None: no OOD inputs
 

@@ -89,7 +89,7 @@ def mae(outputs, targets) -> tuple[float, dict]:
 
 def perplexity(logits, tokens) -> tuple[float, dict]:
     """Next-token perplexity: logits (B, T, V) of tokens[:, :T] scored against tokens[:, 1:T+1]."""
-    lg = np.asarray(logits, np.float64)
+    lg = np.asarray(logits)
     tok = np.asarray(tokens)
     if lg.ndim != 3 or tok.ndim != 2 or tok.shape[1] < lg.shape[1] + 1 or tok.shape[0] != lg.shape[0]:
         raise EdgesmithError(f"perplexity needs logits (batch, T, vocab) and tokens (batch, T + 1); got {lg.shape} "
@@ -98,10 +98,20 @@ def perplexity(logits, tokens) -> tuple[float, dict]:
     if target.max() >= lg.shape[2] or target.min() < 0:
         raise EdgesmithError(f"token ids reach {int(target.max())} but the model has {lg.shape[2]} logits.",
                              "tokenize the text with the model's own tokenizer.")
-    m = lg.max(axis=2, keepdims=True)
-    logz = (m[..., 0] + np.log(np.exp(lg - m).sum(axis=2)))
-    nll = logz - np.take_along_axis(lg, target[..., None], axis=2)[..., 0]
+    nll = token_nll(lg, target)
     return float(np.exp(nll.mean())), {"tokens": int(target.size), "nll_per_token": float(nll.mean())}
+
+
+def token_nll(logits: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """-log softmax(logits)[target] per position, computed a row at a time (a 65,536-word vocabulary makes
+    a whole batch of float64 logits many gigabytes)."""
+    out = np.empty(target.shape, np.float64)
+    for i in range(logits.shape[0]):
+        lg = np.asarray(logits[i], np.float64)
+        m = lg.max(axis=-1, keepdims=True)
+        logz = m[..., 0] + np.log(np.exp(lg - m).sum(axis=-1))
+        out[i] = logz - np.take_along_axis(lg, target[i][..., None], axis=-1)[..., 0]
+    return out
 
 
 def fidelity(outputs, reference) -> tuple[float, dict]:

@@ -153,11 +153,15 @@ class UserModel(Producer):
         return self.reference_outputs_
 
     def evaluate(self, predict) -> Evaluation:
-        if self.kind == "token-lm":
+        if self.kind == "token-lm":  # next-token NLL a few windows at a time: logits of a large vocabulary are big
+            from edgesmith.models.metrics import token_nll
+
             windows = self.eval_windows()
-            logits = np.concatenate([np.asarray(predict(windows[i:i + 16, :-1])) for i in range(0, len(windows), 16)])
-            value, extra = self.metric_spec.fn(logits, windows)
-            return Evaluation(self.metric, value, int(extra["tokens"]), extra)
+            nll = [token_nll(np.asarray(predict(windows[i:i + 4, :-1])), windows[i:i + 4, 1:])
+                   for i in range(0, len(windows), 4)]
+            nll = np.concatenate(nll)
+            extra = {"tokens": int(nll.size), "nll_per_token": float(nll.mean())}
+            return Evaluation(self.metric, float(np.exp(nll.mean())), int(nll.size), extra)
         data = self._data(self.evaluation)
         outputs = self.run_batches(predict, data)
         spec = self.metric_spec

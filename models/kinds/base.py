@@ -65,6 +65,7 @@ class Kind(ABC):
     # whole-sample graphs on dense accelerators then count one kernel launch per layer and step
     sequential_axis: ClassVar[int | None] = None
     variable_length: ClassVar[bool] = False  # inputs of any length along axis 0 of a sample (token sequences)
+    probe_samples: ClassVar[int] = 16  # samples whose outputs every variant is compared on (max abs diff)
     Options: ClassVar[type[KindOptions]] = NoOptions
     export_pass: ClassVar[str] = "export-onnx"  # the pass that writes a torch model of this kind to a file
     # what a producer of this kind must have besides the Producer base: (attribute, what it is)
