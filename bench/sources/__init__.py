@@ -9,5 +9,6 @@ SOURCE_MODULES = (
     "edgesmith.bench.sources.torchscript",  # torchscript: model.pt / .ts
     "edgesmith.bench.sources.torch_export",  # torch-export: model.pt2
     "edgesmith.bench.sources.rwkv_checkpoint",  # rwkv-checkpoint: official RWKV-6/7 .pth
-    "edgesmith.bench.sources.edgesmith_artifacts",  # edgesmith-rwkv-quantized (.pth), tree-ensemble (.npz)
+    "edgesmith.bench.sources.edgesmith_rwkv",  # edgesmith-rwkv-quantized: a quantized RWKV .pth edgesmith wrote
+    "edgesmith.bench.sources.tree_ensemble",  # tree-ensemble: a saved GBRL ensemble (.npz)
 )

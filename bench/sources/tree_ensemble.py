@@ -1,7 +1,5 @@
-"""What edgesmith itself saved, so a deploy can be rerun from it: an RWKV model quantized by an RWKV pass
-(``compress.rwkvquant.save_quantized``, a .pth marked ``edgesmith-rwkv-quant``; deployed as it is, a
-token-lm step graph, not quantized again) and a GBRL tree ensemble (``GBTEnsemble.save``, an .npz),
-deployed as a tree-policy with fidelity on the user's observations (``--eval-data``)."""
+"""A GBRL tree ensemble saved by edgesmith (``GBTEnsemble.save``, an .npz), deployed as a tree-policy with
+fidelity to the engine's outputs on the user's observations (``--eval-data``)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,24 +7,6 @@ from pathlib import Path
 import numpy as np
 
 from edgesmith.bench.sources.base import ModelSource, UserRequest, register_source
-from edgesmith.bench.sources.rwkv_checkpoint import _is_edgesmith_quantized, rwkv_user_model
-
-
-@register_source
-class QuantizedRWKVSource(ModelSource):
-    name = "edgesmith-rwkv-quantized"
-    description = "an RWKV model quantized and saved by edgesmith (.pth), deployed as it is"
-    options_help = "tokenizer=bytes|world, seq_len=128, eval_len=256"
-
-    def matches(self, spec: str) -> bool:
-        return Path(spec).suffix == ".pth" and _is_edgesmith_quantized(Path(spec))
-
-    def load(self, spec: str, request: UserRequest):
-        from edgesmith.compress.rwkvquant import load_quantized
-
-        model = load_quantized(spec)
-        return rwkv_user_model(model, Path(spec).name, request, ["already quantized by edgesmith: deployed as it is"],
-                               unsupported={"requantize": "the model is already quantized"})
 
 
 def _is_tree_ensemble(path: Path) -> bool:
