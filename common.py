@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import os
 import random
@@ -55,33 +56,199 @@ def seed_everything(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+OUTPUT_MARKER = ".edgesmith-output"  # written into every folder edgesmith writes: --force may replace only those
+# what folders edgesmith wrote before the marker existed hold: they may be replaced too
+_OUR_FILES = ("report.json", "summary.json", "table.json", "sweep.json")
+_WRITE_ERRNOS = {errno.ENOSPC: ("the disk is full", "free some space (or write elsewhere) and run it again"),
+                 errno.EDQUOT: ("the disk quota is exhausted", "free some space (or write elsewhere) and run it again"),
+                 errno.EACCES: ("permission was denied", "choose a folder you can write to"),
+                 errno.EPERM: ("the operation is not permitted", "choose a folder you can write to"),
+                 errno.EROFS: ("the file system is read-only", "choose a folder on a writable disk")}
+
+
+def written_by_edgesmith(folder: Path) -> bool:
+    return folder.is_dir() and any((folder / f).is_file() for f in (OUTPUT_MARKER, *_OUR_FILES))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
+
+
+def sweep_stale_temps(final: Path) -> int:
+    """Remove ``.NAME.PID.*.tmp`` leftovers beside ``final`` whose process is gone (a SIGKILL leaves them)."""
+    removed = 0
+    try:
+        entries = list(final.parent.glob(f".{final.name}.*.tmp"))
+    except OSError:
+        return 0
+    for entry in entries:
+        parts = entry.name[len(final.name) + 2:].split(".")
+        if parts and parts[0].isdigit() and not _pid_alive(int(parts[0])):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def check_output(final: str | os.PathLike, *, force: bool, folder: bool) -> None:
+    """Refuse an output path before any work: it exists without ``force``; or ``force`` would replace what
+    edgesmith must not (a folder with a file, a file with a folder, a folder edgesmith did not write)."""
+    final = Path(final)
+    if not (final.exists() or final.is_symlink()):
+        return
+    if not force:
+        _refuse_existing(final)
+    if folder and (final.is_symlink() or not final.is_dir()):
+        raise EdgesmithError(f"{final} is a file; edgesmith never replaces a file with a folder.",
+                             "choose another output folder.")
+    if not folder and final.is_dir() and not final.is_symlink():
+        raise EdgesmithError(f"{final} is a folder; edgesmith never writes a file over a folder.",
+                             "choose another output path (a file name).")
+    if folder and not written_by_edgesmith(final):
+        raise EdgesmithError(f"{final} is a folder edgesmith did not write; --force replaces only folders it wrote.",
+                             "choose another output folder, or move that one away yourself.")
+
+
+def _refuse_existing(final: Path) -> None:
+    raise EdgesmithError(f"{final} already exists and would be overwritten.",
+                         "choose another output path or pass --force to replace it.")
+
+
+def _place_file(tmp: Path, final: Path, force: bool) -> None:
+    if final.is_dir() and not final.is_symlink():
+        raise EdgesmithError(f"{final} is a folder; edgesmith never writes a file over a folder.",
+                             "choose another output path (a file name).")
+    if force:
+        os.replace(tmp, final)  # one atomic step: there is never a moment without a complete file
+        return
+    try:
+        os.link(tmp, final)  # fails if final appeared meanwhile: two writers cannot both succeed
+    except FileExistsError:
+        _refuse_existing(final)
+    except OSError:  # a file system without hard links: check, then rename (a small window remains)
+        if final.exists() or final.is_symlink():
+            _refuse_existing(final)
+        os.replace(tmp, final)
+
+
+def _place_dir(tmp: Path, final: Path, force: bool, aside: Path) -> None:
+    (tmp / OUTPUT_MARKER).write_text(json.dumps({"written_by": "edgesmith", "pid": os.getpid()}) + "\n")
+    if final.exists() or final.is_symlink():
+        if not force:
+            _refuse_existing(final)
+        if final.is_symlink() or not final.is_dir():
+            raise EdgesmithError(f"{final} is a file; edgesmith never replaces a file with a folder.",
+                                 "choose another output folder.")
+        if not written_by_edgesmith(final):
+            raise EdgesmithError(f"{final} is a folder edgesmith did not write; --force replaces only folders it wrote.",
+                                 "choose another output folder, or move that one away yourself.")
+        os.rename(final, aside)  # atomic; the old folder is deleted only once the new one is in place
+        os.rename(tmp, final)
+        shutil.rmtree(aside, ignore_errors=True)
+        return
+    try:
+        os.rename(tmp, final)
+    except OSError:  # ENOTEMPTY / EEXIST: another writer got there first
+        if final.exists():
+            _refuse_existing(final)
+        raise
+
+
+def _environment_error(e: OSError, final: Path) -> EdgesmithError | None:
+    """A user-fixable OSError while writing ``final`` (disk full, no permission, read-only) as a clear error."""
+    known = _WRITE_ERRNOS.get(e.errno)
+    if known is None:
+        return None
+    return EdgesmithError(f"could not write {final}: {known[0]} ({e.strerror}).", f"{known[1]}; nothing was left behind.")
+
+
 @contextlib.contextmanager
 def atomic_path(final: str | os.PathLike, *, force: bool = False) -> Iterator[Path]:
-    """Yield a temporary path beside ``final``; on success rename it into place.
+    """Yield a temporary path beside ``final``; on success move it into place atomically.
 
-    Works for files and directories alike: whatever the caller creates at the yielded path is
-    moved to ``final`` only if the block finishes without an exception, so a crash never leaves a
-    half-written artifact. An existing ``final`` is replaced only with ``force=True``.
+    Works for files and folders alike: whatever the caller creates at the yielded path reaches ``final``
+    only if the block finishes, so a crash never leaves a half-written artifact. An existing ``final`` is
+    replaced only with ``force=True``, and even then a file never replaces a folder and a folder only
+    replaces a folder edgesmith wrote (it carries ``.edgesmith-output``). Files are placed with
+    ``os.replace`` (forced) or ``os.link`` (not forced), so concurrent writers never see a missing file and
+    two unforced writers cannot both succeed. Temporary folders are ``.NAME.PID.*.tmp``; those of dead
+    processes are swept on the next write. A full disk or a folder without write permission is an
+    ``EdgesmithError``.
     """
     final = Path(final)
-    if final.exists() and not force:
-        raise EdgesmithError(
-            f"{final} already exists and would be overwritten.",
-            "choose another output path or pass --force to replace it.",
-        )
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    sweep_stale_temps(final)
+    if (final.exists() or final.is_symlink()) and not force:
+        _refuse_existing(final)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp_dir = Path(tempfile.mkdtemp(prefix=f".{final.name}.{os.getpid()}.", suffix=".tmp", dir=final.parent))
+    except OSError as e:
+        err = _environment_error(e, final)
+        if err is None:
+            raise
+        raise err from None
     tmp = tmp_dir / final.name
     try:
         yield tmp
         if not tmp.exists():
             raise RuntimeError(f"nothing was written to the temporary path for {final}")
-        if final.exists():
-            if final.is_dir() and not final.is_symlink():
-                shutil.rmtree(final)
-            else:
-                final.unlink()
-        os.replace(tmp, final)
+        if tmp.is_dir():
+            _place_dir(tmp, final, force, tmp_dir / ".old")
+        else:
+            _place_file(tmp, final, force)
+    except OSError as e:
+        err = _environment_error(e, final)
+        if err is None:
+            raise
+        raise err from None
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_files(finals, *, force: bool = False) -> Iterator[list[Path]]:
+    """Like ``atomic_path`` for several files in one folder that belong together (a model and its report):
+    all are written to temporary paths first, then placed one after another; if a placement fails, the
+    ones already placed are removed again, so they arrive together or not at all."""
+    finals = [Path(f) for f in finals]
+    if len({f.parent for f in finals}) != 1:
+        raise ValueError("atomic_files takes files of one folder")
+    for f in finals:
+        sweep_stale_temps(f)
+        if (f.exists() or f.is_symlink()) and not force:
+            _refuse_existing(f)
+    try:
+        finals[0].parent.mkdir(parents=True, exist_ok=True)
+        tmp_dir = Path(tempfile.mkdtemp(prefix=f".{finals[0].name}.{os.getpid()}.", suffix=".tmp",
+                                        dir=finals[0].parent))
+    except OSError as e:
+        err = _environment_error(e, finals[0])
+        if err is None:
+            raise
+        raise err from None
+    tmps = [tmp_dir / f"{i}-{f.name}" for i, f in enumerate(finals)]
+    try:
+        yield tmps
+        placed = []
+        try:
+            for tmp, final in zip(tmps, finals):
+                if tmp.exists():  # an optional member (a sidecar) may not have been written
+                    _place_file(tmp, final, force)
+                    placed.append(final)
+        except BaseException:
+            for f in placed:
+                f.unlink(missing_ok=True)
+            raise
+    except OSError as e:
+        err = _environment_error(e, finals[0])
+        if err is None:
+            raise
+        raise err from None
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
 
@@ -219,3 +386,35 @@ def load_or_train(model, path: Path, train: Callable[[], Any]) -> Any:
 
     torch_cached(path, make, load=model.load_state_dict)
     return result.get("value")
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux prctl PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except Exception:  # not Linux: the process group kill below still covers normal exits
+        pass
+
+
+def run_child(cmd: list[str], *, timeout_s: float | None = None, env: dict | None = None, cwd=None):
+    """``subprocess.run(cmd, capture_output=True, text=True)`` whose child cannot outlive us: it runs in its
+    own process group, gets SIGKILL when this process dies (even by SIGKILL), and its whole group is killed
+    when we stop waiting for it (timeout, Ctrl-C, any exception). Raises ``subprocess.TimeoutExpired``."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
+                            start_new_session=True, preexec_fn=_die_with_parent)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except BaseException:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

@@ -13,6 +13,7 @@ a user can fix raise ``edgesmith.EdgesmithError`` with ``problem`` and ``fix``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import tempfile
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgesmith.common import EdgesmithError, atomic_path, write_json
+from edgesmith.common import EdgesmithError, atomic_files, atomic_path
 
 
 def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, options: dict | None = None,
@@ -63,9 +64,10 @@ def _producer(model: str, seed: int, model_options: dict | None):
 
 
 def _check_out(*paths: Path, force: bool) -> None:
+    from edgesmith.common import check_output
+
     for p in paths:
-        if p.exists() and not force:
-            raise EdgesmithError(f"{p} already exists.", "choose another output path or pass --force.")
+        check_output(p, force=force, folder=False)
 
 
 def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed: int = 0,
@@ -108,12 +110,16 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
     """
     from edgesmith.bench.deploy import _artifact_scorer, predictor, source_artifact
     from edgesmith.compress import Artifact, PassContext, config_from_dict, run_passes
-    from edgesmith.compress.base import first_samples
+    from edgesmith.compress.base import INIT_SUFFIX, first_samples
     from edgesmith.runtimes import get_runtime, runtime_for
 
     out = Path(out)
     report_path = out.with_suffix(out.suffix + ".report.json")
     _check_out(out, report_path, force=force)
+    if n_calibration is not None and (isinstance(n_calibration, bool) or not isinstance(n_calibration, int)
+                                      or n_calibration < 1):
+        raise EdgesmithError(f"--n-calibration {n_calibration!r} is not a positive number of samples.",
+                             "use e.g. --n-calibration 128.")
     config = config_from_dict({"kind": pass_kind, **(options or {})})
     calib = _checked_calibration(calibration)
     producer = None
@@ -124,6 +130,7 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
         art = onnx_artifact(prepared)
         passes, example, train = [config], None, None
         if calib is not None:
+            calib = _calibration_for(prepared, calib)
             calib = first_samples(calib, n_calibration or 128)
     else:
         producer, kind = _producer(model, seed, model_options)
@@ -145,10 +152,15 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
         if result.path is None:
             raise EdgesmithError(f"pass {config.kind!r} leaves an in-memory {result.format} model, not a file.",
                                  "use `edgesmith deploy` for it, or a pass that writes a file.")
-        with atomic_path(out, force=force) as tmp:
+        # the file, its report (and a step graph's starting state) arrive together or not at all: a full
+        # disk leaves no orphan model behind
+        sidecar = Path(str(result.path) + INIT_SUFFIX)
+        with atomic_files([out, Path(str(out) + INIT_SUFFIX), report_path], force=force) as (tmp, init, rtmp):
             shutil.copyfile(result.path, tmp)
-        write_json(report_path, {"input": str(model), "output": str(out), "format": result.format,
-                                 "passes": [r.to_dict() for r in reports]}, force=force)
+            if sidecar.exists():
+                shutil.copyfile(sidecar, init)
+            rtmp.write_text(json.dumps({"input": str(model), "output": str(out), "format": result.format,
+                                        "passes": [r.to_dict() for r in reports]}, indent=2, default=str) + "\n")
     evaluation = None
     if producer is not None:
         written = Artifact(result.format, path=out, meta=dict(result.meta))
@@ -167,6 +179,27 @@ def _checked_calibration(calibration):
     if isinstance(calibration, dict):
         return {k: check_array(k, v, None, "calibration data") for k, v in calibration.items()}
     return check_array("", calibration, None, "calibration data")
+
+
+def _calibration_for(path: Path, calib):
+    """Calibration arrays checked against the ONNX file's declared inputs (dtype, rank, fixed dims), by name."""
+    import onnx
+
+    from edgesmith.compress.onnx_analysis import data_inputs
+    from edgesmith.models.user_data import TensorSpec, check_array
+
+    specs = [TensorSpec(n, d.name, tuple(dims[1:]), dims[0] if dims else None)
+             for n, d, dims in data_inputs(onnx.load(str(path), load_external_data=False))]
+    if not isinstance(calib, dict):
+        if len(specs) != 1:
+            raise EdgesmithError(f"the model takes {len(specs)} inputs ({', '.join(s.name for s in specs)}) but the "
+                                 "calibration data is one array.", "save an .npz with one array per input name.")
+        return check_array(specs[0].name, calib, specs[0], "calibration data")
+    missing = [s.name for s in specs if s.name not in calib]
+    if missing:
+        raise EdgesmithError(f"the calibration data has no array for input(s) {', '.join(missing)}.",
+                             "name the .npz arrays after the model's inputs.")
+    return {s.name: check_array(s.name, calib[s.name], s, "calibration data") for s in specs}
 
 
 def _fidelity_scorer(reference, x):
@@ -194,12 +227,12 @@ def onnx_artifact(path: Path):
 
     from edgesmith.compress import Artifact
 
-    if not path.is_file():
-        raise EdgesmithError(f"model file {path} does not exist.", "check the path.")
+    from edgesmith.bench.sources.onnx_file import load_checked
+
+    model, _ = load_checked(path)  # a missing file, a broken one, missing external data: each its own message
     try:
-        model = onnx.load(str(path))
         onnx.checker.check_model(model)
-    except Exception as e:  # onnx raises DecodeError, ValidationError, ...: all mean a bad file
+    except Exception as e:  # ValidationError and friends: a file that loads but is not valid ONNX
         raise EdgesmithError(f"{path} is not a valid ONNX model ({type(e).__name__}).",
                              "re-export it, or check that the file was copied completely.") from None
     dims = model.graph.input[0].type.tensor_type.shape.dim

@@ -324,6 +324,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("edgesmith: interrupted; nothing was written to the output path.", file=sys.stderr)
         return 130
+    except MemoryError:
+        print("edgesmith: error: the machine ran out of memory.", file=sys.stderr)
+        print("  fix: use smaller batches, fewer calibration samples or a smaller model; nothing was written.",
+              file=sys.stderr)
+        return 2
+    except OSError as e:  # a full disk or a forbidden folder met outside an output write: still the user's to fix
+        from edgesmith.common import _WRITE_ERRNOS
+
+        if e.errno not in _WRITE_ERRNOS:
+            raise
+        what, fix = _WRITE_ERRNOS[e.errno]
+        print(f"edgesmith: error: {what} ({e.filename or e.strerror}).", file=sys.stderr)
+        print(f"  fix: {fix}.", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

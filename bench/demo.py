@@ -13,7 +13,7 @@ from pathlib import Path
 
 from edgesmith.bench.recipe import deploy_options, load_recipe
 from edgesmith.bench.report import _fmt_j, _fmt_s
-from edgesmith.common import EdgesmithError, atomic_path, write_json
+from edgesmith.common import EdgesmithError, atomic_path, check_output, write_json
 
 DEMO_RECIPE = Path(__file__).resolve().parent / "recipes" / "demo.toml"
 
@@ -24,8 +24,7 @@ def run_demo(recipe_path: Path, out: Path, *, force: bool = False, progress: boo
     deploys = recipe.get("deploy") or []
     if not deploys:
         raise EdgesmithError(f"recipe {recipe_path} lists no [[deploy]] tables.", "add one per model and target.")
-    if out.exists() and not force:
-        raise EdgesmithError(f"output folder {out} already exists.", "choose another --out or pass --force.")
+    check_output(out, force=force, folder=True)
     flags = argparse.Namespace(quiet=not progress, tvm_tune_trials=tune_trials or None)
     # every deploy's options are built (and so checked) before the first one runs
     runs = []

@@ -27,7 +27,7 @@ from edgesmith.bench.latency import measure_isolated
 from edgesmith.bench.ood_monitor import ood_entry, ood_reference
 from edgesmith.bench.report import write_report
 from edgesmith.bench.sources.base import UserRequest, resolve_model
-from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.common import EdgesmithError, atomic_path, check_output
 from edgesmith.compress import Artifact, PassContext, run_passes
 from edgesmith.compress.base import n_samples
 from edgesmith.compress.calibration_select import check_selector, select_calibration
@@ -195,8 +195,7 @@ def _workload(art: Artifact, producer, kind, activity: dict | None) -> Workload:
 
 def deploy(opts: DeployOptions) -> Path:
     """Run the plan of ``opts.target`` for ``opts.model``; returns the report folder."""
-    if opts.out.exists() and not opts.force:
-        raise EdgesmithError(f"output folder {opts.out} already exists.", "choose another --out or pass --force to replace it.")
+    check_output(opts.out, force=opts.force, folder=True)
     target = get_target(opts.target)
     producer = resolve_model(opts.model, UserRequest(
         calibration_data=opts.calibration_data, eval_data=opts.eval_data, labels=opts.labels, metric=opts.metric,
@@ -206,12 +205,15 @@ def deploy(opts: DeployOptions) -> Path:
     target.check_kind(kind.name, opts.model)  # before any training: an unsupported pair costs nothing
     kind.options(opts.plan.options)  # a bad --option fails here too, not after the build
     batch_sizes = _batch_sizes(opts, kind, producer)
+    _check_batch_memory(batch_sizes, producer)  # before any training: --batch 1000000000 fails now, not later
     threads = opts.threads or os.cpu_count() or 1
     say = (lambda msg: tqdm.write(msg)) if opts.progress else (lambda msg: None)
 
+    for rt_name in {r for v in target.plan(producer, opts.plan).variants for r in v.runtimes}:
+        get_runtime(rt_name)  # a runtime that cannot run here (no .venv-lava, no gcc) is refused before any work
     say(f"[edgesmith] building {opts.model} ({kind.name}, seed {opts.seed})")
     producer.build()
-    plan = target.plan(producer, opts.plan)
+    plan = target.plan(producer, opts.plan)  # again, now that the model is built (its size is checked)
     ref_art = source_artifact(producer)
     ref_name = REFERENCE_RUNTIMES[ref_art.format]
     ref_rt = get_runtime(ref_name, threads=threads).load(ref_art)
@@ -317,6 +319,21 @@ def _batch_sizes(opts: DeployOptions, kind, producer) -> tuple[int, ...]:
                                  f"use --batch {fixed}, or export the model with a dynamic batch dimension.")
         return (fixed,)
     return opts.batch_sizes or kind.default_batch_sizes
+
+
+def _check_batch_memory(batch_sizes, producer) -> None:
+    """Refuse a batch whose inputs alone would not fit in half the memory this machine has free."""
+    shape = [d for d in (producer.input_shape or ()) if d is not None]
+    per_sample = 4 * int(np.prod(shape, dtype=np.int64)) if shape else 4
+    try:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return
+    for b in batch_sizes:
+        need = b * per_sample
+        if need > free / 2:
+            raise EdgesmithError(f"batch {b} needs {need / 2**30:.1f} GiB of inputs but {free / 2**30:.1f} GiB of memory "
+                                 "is free.", "time smaller batches (e.g. --batch 1 --batch 64).")
 
 
 def _first_line(e: Exception) -> str:

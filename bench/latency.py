@@ -22,7 +22,7 @@ import numpy as np
 
 from edgesmith.bench.memory import MemoryStats, artifact_size_bytes, current_rss_bytes, peak_rss_bytes
 from edgesmith.compress.base import Artifact
-from edgesmith.common import EdgesmithError, write_json
+from edgesmith.common import EdgesmithError, run_child, write_json
 from edgesmith.runtimes.base import Runtime, as_input, get_runtime
 
 METHOD_IN_PROCESS = "perf_counter_ns around run(), in-process"
@@ -229,8 +229,8 @@ def _run_worker(workdir: Path, threads: int | None, timeout_s: float, what: str)
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     try:
-        proc = subprocess.run([sys.executable, "-m", "edgesmith.bench.worker", str(workdir)], cwd=REPO_ROOT, env=env,
-                              capture_output=True, text=True, timeout=timeout_s)
+        proc = run_child([sys.executable, "-m", "edgesmith.bench.worker", str(workdir)], cwd=REPO_ROOT, env=env,
+                         timeout_s=timeout_s)
     except subprocess.TimeoutExpired:
         raise EdgesmithError(f"measuring {what} in a fresh process took longer than {timeout_s} s.",
                              "raise timeout_s, or lower reps / min_time_s.") from None

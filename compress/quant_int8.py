@@ -142,8 +142,10 @@ def _quantize(prepared: Path, out: Path, calib: np.ndarray, config: Int8QdqConfi
         raise
     except Exception as e:  # onnxruntime raises ValueError, RuntimeError, Fail...: all mean "cannot quantize"
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise EdgesmithError(f"onnxruntime could not quantize the model to int8: {msg[:300]}",
-                             "exclude the failing node(s) with `exclude`, or re-export the model.") from None
+        shape_problem = any(w in msg.lower() for w in ("shape", "dimension", "rank", "invalid_argument", "got invalid"))
+        fix = ("check the calibration data against the model's inputs (names, dtypes and shapes, batch included)."
+               if shape_problem else "exclude the failing node(s) with `exclude`, or re-export the model.")
+        raise EdgesmithError(f"onnxruntime could not quantize the model to int8: {msg[:300]}", fix) from None
 
 
 def _prepare(src: Path, dst: Path, notes: list[str]) -> None:

@@ -168,8 +168,18 @@ def get_producer(name: str, **kwargs) -> Producer:
             f"unknown model {name!r}.",
             f"use one of: {', '.join(producer_names())} (see `edgesmith models`).",
         ) from None
+    import inspect
+
+    params = [p for p in inspect.signature(cls.__init__).parameters.values()
+              if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    valid = {p.name for p in params}
+    unknown = sorted(set(kwargs) - valid)
+    if unknown:
+        raise EdgesmithError(f"model {name!r} does not take the option(s) {', '.join(unknown)}.",
+                             f"{name} takes: {', '.join(f'{p.name}={p.default!r}' for p in params if p.name != 'seed')}"
+                             " (and seed).")
     try:
         return cls(**kwargs)
-    except TypeError as e:  # an option the producer does not take, from --model-option or a recipe
-        raise EdgesmithError(f"model {name!r} does not take these options: {e}.",
-                             f"check the option names against the {cls.__name__} docstring.") from None
+    except TypeError as e:  # a value of the wrong type for one of them
+        raise EdgesmithError(f"model {name!r} cannot take these options: {e}.",
+                             f"{name} takes: {', '.join(sorted(valid - {'seed'}))}.") from None

@@ -98,6 +98,9 @@ def check_array(name: str, x: np.ndarray, spec: TensorSpec | None, what: str) ->
     if want.kind in "iu" and x.dtype.kind == "f":
         raise EdgesmithError(f"{label} is {x.dtype} but the model takes {want} (e.g. token ids).",
                              f"give {name!r} as integer data.")
+    if want.kind == "f" and x.dtype.kind in "iu":  # never a silent cast: ids given to a float input are a mistake
+        raise EdgesmithError(f"{label} is {x.dtype} but the model takes {want}.",
+                             f"convert it first (array.astype(np.{want.name})) if that is what you mean.")
     if x.ndim != len(spec.shape) + 1:
         raise EdgesmithError(f"{label} has shape {x.shape} but the model takes {spec.describe()}.",
                              f"give (samples, {', '.join('?' if d is None else str(d) for d in spec.shape)}) arrays.")

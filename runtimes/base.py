@@ -137,6 +137,7 @@ def get_runtime(name: str, **options) -> Runtime:
     import_modules([runtimes.RUNTIME_MODULES[name]])
     cls = _RUNTIMES[name]
     ok, why = cls.available()
-    if not ok:
-        raise EdgesmithError(f"runtime {name!r} is not available: {why}")
+    if not ok:  # ``why`` is "problem. Fix: what to do"
+        problem, _, fix = why.partition(" Fix: ")
+        raise EdgesmithError(f"runtime {name!r} is not available: {problem}", fix or "see the runtime's documentation.")
     return cls(**options)

@@ -13,27 +13,16 @@ from pathlib import Path
 import numpy as np
 
 from edgesmith.compress.base import Artifact
-from edgesmith.common import EdgesmithError
 from edgesmith.runtimes.base import Runtime, register_runtime
-from edgesmith.runtimes.lava_rt import ENV_VAR, lava_python, run_worker
+from edgesmith.runtimes.lava_rt import lava_available, run_worker
 from edgesmith.runtimes.lrnn_ref import activity_counts
 
 WORKER = Path(__file__).resolve().parent / "lava_lrnn_worker.py"
 
 
-def lava_available() -> tuple[bool, str]:
-    py = lava_python()
-    if not py.exists():
-        return False, (f"the Lava Python 3.10 env was not found at {py}; run `make setup` or point {ENV_VAR} "
-                       "at an env with lava-nc 0.10.")
-    return True, ""
-
-
 def run_lava(net: dict, u: np.ndarray, timeout_s: float = 900.0) -> dict:
-    """One clip of integer frames (T, 257) through Lava: traces like ``lrnn_ref.run`` plus ``stats``."""
-    ok, why = lava_available()
-    if not ok:
-        raise EdgesmithError(why, "build .venv-lava with `make setup`.")
+    """One clip of integer frames (T, 257) through Lava: traces like ``lrnn_ref.run`` plus ``stats``
+    (``run_worker`` refuses a missing or unrunnable Lava env with the fix)."""
     u = np.asarray(u, np.int64)
     out, wall = run_worker(WORKER, {**net, "inputs_int": u}, timeout_s=timeout_s, what=f"{len(u)} frames",
                            too_long_fix="simulate a shorter clip or raise timeout_s.")

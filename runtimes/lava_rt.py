@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from edgesmith.compress.base import Artifact
-from edgesmith.common import EdgesmithError
+from edgesmith.common import EdgesmithError, run_child
 from edgesmith.runtimes.base import Runtime, register_runtime
 from edgesmith.runtimes.sigma_delta_ref import SigmaDeltaNet, quantize_inputs
 
@@ -31,6 +31,18 @@ def lava_python() -> Path:
     """The Lava env's interpreter: $EDGESMITH_LAVA_PYTHON, else .venv-lava/bin/python in the repo root."""
     override = os.environ.get(ENV_VAR)
     return Path(override) if override else REPO_ROOT / ".venv-lava" / "bin" / "python"
+
+
+def lava_available() -> tuple[bool, str]:
+    """Whether the Lava env's interpreter is there and runnable, and if not, what to do."""
+    py = lava_python()
+    if not py.exists():
+        return False, (f"the Lava Python 3.10 env was not found at {py}. Fix: run `make setup` to build "
+                       f".venv-lava, or point {ENV_VAR} at the Python of an env with lava-nc 0.10.")
+    if not py.is_file() or not os.access(py, os.X_OK):
+        return False, (f"{py} is not an executable Python interpreter (a folder, or not executable). Fix: point "
+                       f"{ENV_VAR} at the python of an env with lava-nc 0.10 (e.g. .venv-lava/bin/python).")
+    return True, ""
 
 
 def _last_line(text: str) -> str:
@@ -49,10 +61,13 @@ def run_worker(worker: Path, arrays: dict, *, timeout_s: float, what: str, too_l
         with open(src, "wb") as f:
             np.savez(f, **arrays)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+        ok, why = lava_available()
+        if not ok:
+            raise EdgesmithError(why.split(" Fix: ")[0], why.split(" Fix: ")[-1])
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run([str(lava_python()), str(worker), str(src), str(dst)], capture_output=True,
-                                  text=True, timeout=timeout_s, env=env, cwd=tmp)
+            proc = run_child([str(lava_python()), str(worker), str(src), str(dst)], timeout_s=timeout_s, env=env,
+                             cwd=tmp)
         except subprocess.TimeoutExpired:
             raise EdgesmithError(f"the Lava simulation of {what} ran past {timeout_s:.0f} s.", too_long_fix) from None
         wall = time.perf_counter() - t0
@@ -76,11 +91,7 @@ class LavaRuntime(Runtime):
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
-        py = lava_python()
-        if not py.exists():
-            return False, (f"the Lava Python 3.10 env was not found at {py}. Fix: run `make setup` to build "
-                           f".venv-lava, or point {ENV_VAR} at the Python of an env with lava-nc 0.10.")
-        return True, ""
+        return lava_available()
 
     def _load(self, artifact: Artifact) -> None:
         self.net_ = SigmaDeltaNet.load(artifact.path)

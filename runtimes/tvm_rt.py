@@ -123,7 +123,7 @@ class TvmRuntime(Runtime):
     @classmethod
     def available(cls) -> tuple[bool, str]:
         if importlib.util.find_spec("tvm") is None:
-            return False, ("apache-tvm is not installed; "
+            return False, ("apache-tvm is not installed. Fix: "
                            "pip install apache-tvm==0.27.0.post1 apache-tvm-ffi==0.1.14.post1.")
         return True, ""
 
@@ -181,7 +181,6 @@ class TvmRuntime(Runtime):
 
     def _compile_or_load(self, shape: tuple[int, ...]) -> _Compiled:
         """The module for ``shape``: from the disk cache if there, else compiled (and tuned) now."""
-        import tvm
 
         lib_path = self._cache_path(shape)
         meta_path = lib_path.with_suffix(".json")
@@ -275,6 +274,9 @@ def _compile_job(onnx_bytes: bytes, input_name: str, shape, threads: int, tune_t
     import onnx
     import tvm
 
+    from edgesmith.common import _die_with_parent
+
+    _die_with_parent()  # its parent is the fork server, which ends when the process that asked ends
     try:
         model = onnx.load_from_string(onnx_bytes)
         target = host_target(threads)

@@ -5,13 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from edgesmith.common import EdgesmithError, atomic_path, write_json
+from edgesmith.common import atomic_path, check_output, write_json
 
 
 def refuse_existing(out: Path, force: bool) -> None:
     """Fail before an expensive run when ``out`` exists and ``--force`` was not given."""
-    if Path(out).exists() and not force:
-        raise EdgesmithError(f"{out} already exists.", "choose another --out or pass --force to replace it.")
+    check_output(out, force=force, folder=True)
 
 
 def write_claim(out: Path, force: bool, result: dict, markdown: Callable[[dict], str],

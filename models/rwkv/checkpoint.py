@@ -10,7 +10,6 @@ flattened (C,) (some converters); both load.
 from __future__ import annotations
 
 import os
-import zipfile
 from pathlib import Path
 
 import torch
@@ -118,7 +117,7 @@ def read_state_dict(path: str | os.PathLike) -> StateDict:
         raise EdgesmithError(f"checkpoint {path} does not exist.", "check the path.")
     try:
         sd = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
+    except Exception as e:  # UnpicklingError, EOFError, BadZipFile, RuntimeError...: not a readable .pth
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         raise EdgesmithError(f"checkpoint {path} cannot be read ({first}).",
                              "the file is truncated or not a torch .pth; copy or download it again.") from None
@@ -161,7 +160,13 @@ def initial_wkv(time_state: list[torch.Tensor], cfg: RWKVConfig, source: str) ->
 
 def model_from_state_dict(sd: StateDict, source: str = "checkpoint") -> nn.Module:
     sd, time_state = split_time_state(sd, source)
-    cfg = infer_config(sd, source)
+    try:
+        cfg = infer_config(sd, source)
+    except EdgesmithError:
+        raise
+    except (IndexError, KeyError, TypeError, ValueError, AttributeError) as e:  # e.g. a 0-d tensor where a matrix goes
+        raise EdgesmithError(f"{source} does not hold RWKV weights of the expected shapes ({type(e).__name__}: "
+                             f"{str(e)[:120]}).", "give an official-layout RWKV-6/7 checkpoint.") from None
     sd = check_state_dict(sd, cfg, source)
     model = build_model(cfg)
     model.load_state_dict(sd, strict=True)

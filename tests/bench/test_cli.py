@@ -171,4 +171,4 @@ def test_recipe_model_options_reach_the_producer(capsys, tmp_path):
     recipe = tmp_path / "r.toml"
     recipe.write_text('model = "digits-mlp"\ntarget = "host-cpu"\n[model_options]\nno_such = 1\n')
     code, _, err = run_cli(capsys, "deploy", "--recipe", recipe, "--out", tmp_path / "r")
-    assert_user_error(code, err, "does not take these options", "no_such")
+    assert_user_error(code, err, "does not take the option(s)", "no_such")

@@ -126,7 +126,7 @@ def test_producer_hints_drop_variants_and_reach_the_report_notes(tmp_path, monke
 
 
 def test_unknown_model_option_is_a_user_error(tmp_path):
-    with pytest.raises(EdgesmithError, match="does not take these options"):
+    with pytest.raises(EdgesmithError, match=r"does not take the option\(s\) no_such"):
         deploy(DeployOptions("digits-mlp", "host-cpu", tmp_path / "x", model_options={"no_such": 1}, **FAST))
     assert not (tmp_path / "x").exists()
 

@@ -12,7 +12,7 @@ from edgesmith.common import EdgesmithError
 def test_quick_claim_writes_table_json_and_plot(tmp_path, capsys):
     out = tmp_path / "claim"
     main(["--out", str(out), "--quick", "--seeds", "0"])
-    assert {p.name for p in out.iterdir()} == {"table.json", "table.md", "claim.png"}
+    assert {p.name for p in out.iterdir() if p.name != ".edgesmith-output"} == {"table.json", "table.md", "claim.png"}
     data = json.loads((out / "table.json").read_text())
     assert set(data["summary"]) == {"none", "plain", "eq"}
     run = data["runs"][0]["modes"]["eq"]

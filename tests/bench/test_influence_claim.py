@@ -12,7 +12,7 @@ from edgesmith.common import EdgesmithError
 def test_quick_claim_writes_table_and_plot_and_refuses_to_overwrite(tmp_path, capsys):
     out = tmp_path / "claim"
     assert influence_claim.main(["--out", str(out), "--quick", "--seeds", "0", "--q", "2"]) == 0
-    assert {p.name for p in out.iterdir()} == {"table.json", "table.md", "claim.png"}
+    assert {p.name for p in out.iterdir() if p.name != ".edgesmith-output"} == {"table.json", "table.md", "claim.png"}
     data = json.loads((out / "table.json").read_text())
     rows = {r["rho"]: r for r in data["summary"]}
     assert set(rows) == {0.0, 0.5, 1.0}

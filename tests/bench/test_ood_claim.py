@@ -12,7 +12,7 @@ from edgesmith.common import EdgesmithError
 def test_quick_claim_run_writes_table_and_plots_and_refuses_to_overwrite(tmp_path, capsys):
     out = tmp_path / "claim"
     assert ood_claim.main(["--out", str(out), "--quick", "--seeds", "0", "1"]) == 0
-    assert {p.name for p in out.iterdir()} == {"table.json", "table.md", "auroc.png", "histograms.png"}
+    assert {p.name for p in out.iterdir() if p.name != ".edgesmith-output"} == {"table.json", "table.md", "auroc.png", "histograms.png"}
     table = json.loads((out / "table.json").read_text())
     assert table["seeds"] == [0, 1] and len(table["runs"]) == 2
     far = table["summary"]["far-discriminative"]

@@ -13,7 +13,7 @@ from edgesmith.common import EdgesmithError
 def test_quick_claim_run_writes_every_method_and_the_quantized_shift(tmp_path, capsys):
     out = tmp_path / "claim"
     assert tsv_claim.main(["--out", str(out), "--quick", "--seeds", "0", "--bits", "4"]) == 0
-    assert {p.name for p in out.iterdir()} == {"table.json", "table.md", "auroc.png", "scores.png"}
+    assert {p.name for p in out.iterdir() if p.name != ".edgesmith-output"} == {"table.json", "table.md", "auroc.png", "scores.png"}
     table = json.loads((out / "table.json").read_text())
     row = table["runs"][0]["row"]
     assert set(row["auroc"]) == {"probe", "exemplars only", "TSV"}
