@@ -6,7 +6,7 @@ PY310 ?= $(shell ls $(HOME)/.pyenv/versions/3.10.*/bin/python3.10 2>/dev/null | 
 VENV := .venv
 LAVA := .venv-lava
 STAMP := $(VENV)/.edgesmith-installed
-LAVA_STAMP := $(LAVA)/.edgesmith-installed
+LAVA_STAMP := $(LAVA)/.edgesmith-installed-lava-dl
 ES := $(VENV)/bin/edgesmith
 PYTEST_ARGS ?=
 
@@ -25,10 +25,14 @@ $(STAMP): pyproject.toml setup.py
 	$(VENV)/bin/python -m pip install -q -e '.[test]'
 	@touch $@
 
+# Lava env (Python 3.10): lava-nc 0.10 and lava-dl 0.6 (netx, SLAYER). lava-dl pins torch >=2.3.1,<2.4, which has
+# no CPU-only wheel on the registry: the default wheel brings nvidia-* libraries (about 3.3 GB, 5.6 GB on disk).
+# opencv-python-headless 4.12+ wants numpy 2, which lava-nc cannot import.
 $(LAVA_STAMP):
 	@test -n "$(PY310)" || { echo "Python 3.10 not found: install it (pyenv install 3.10) for the Lava env"; exit 1; }
 	@test -x $(LAVA)/bin/python || $(PY310) -m venv $(LAVA)
-	$(LAVA)/bin/python -m pip install -q 'lava-nc==0.10.0' 'numpy<2' 'networkx<=2.8.7' scipy
+	$(LAVA)/bin/python -m pip install -q 'lava-nc==0.10.0' 'lava-dl==0.6.0' 'torch>=2.3.1,<2.4' 'numpy<2' \
+		'opencv-python-headless<4.12' 'networkx<=2.8.7' scipy h5py
 	@touch $@
 
 demo: setup

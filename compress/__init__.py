@@ -20,7 +20,7 @@ from edgesmith.compress.base import (
 
 PASS_MODULES = (
     "edgesmith.compress.export_onnx",  # export-onnx
-    "edgesmith.compress.export_lava",  # export-lava
+    "edgesmith.compress.export_netx",  # export-netx
     "edgesmith.compress.quant_int8",  # int8-qdq
     "edgesmith.compress.quant_int4",  # int4-weight-only
     "edgesmith.compress.prune",  # prune-magnitude

@@ -1,6 +1,6 @@
 """``import-onnx-mlp``: a user's ONNX graph that is a chain of dense layers with ReLU, as a torch MLP.
 
-The Sigma-Delta export (``export-lava``) maps Linear and ReLU layers to Loihi 2 neurons; this pass lets an
+The Sigma-Delta export (``export-netx``) maps Linear and ReLU layers to Loihi 2 neurons; this pass lets an
 ONNX model take that road. The graph must be one data path from its input to its output through
 ``Flatten`` / flattening ``Reshape`` / ``Identity``, ``Gemm``, ``MatMul`` with a constant weight (optionally
 followed by an ``Add`` of a constant bias) and ``Relu``. Anything else is refused, naming the first
@@ -94,7 +94,7 @@ def check_onnx_mlp(path) -> None:
 
 @dataclass
 class ImportOnnxMlpConfig(PassConfig):
-    """ONNX dense-ReLU chain -> torch ``nn.Sequential`` of Flatten, Linear and ReLU (for export-lava)."""
+    """ONNX dense-ReLU chain -> torch ``nn.Sequential`` of Flatten, Linear and ReLU (for export-netx)."""
 
     kind: ClassVar[str] = "import-onnx-mlp"
     input_format: ClassVar[str] = "onnx"

@@ -109,7 +109,7 @@ class Loihi2(Target):
     memory_budget_bytes = N_CORES * CORE_MEMORY_BYTES
     memory_budget_source = LOIHI2_BRIEF + " (128 x 192 KB)"
     runtime = "lava"
-    export_format = "lava"
+    export_format = "netx"
     latency_provenance = "estimated"
     kinds = ("tensor", "stream")
     refused_kinds = {
@@ -132,8 +132,13 @@ class Loihi2(Target):
         return d
 
     def plan_tensor(self, producer, options: PlanOptions, kopts) -> Plan:
-        from edgesmith.compress.export_lava import ExportLavaConfig
+        from edgesmith.compress.export_netx import ExportNetxConfig
 
+        if producer.native_format == "netx":  # already a Lava network (lava-dl's netx export, or ours)
+            variants = [Variant("netx", [], ["lava"], "the netx file as given, loaded by lava-dl's netx in Lava "
+                                "(Loihi2SimCfg fixed_pt)")]
+            return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance,
+                        [ACTIVITY_NOTE])
         self._check_8bit_fits(producer)
         imports = []
         if producer.native_format == "onnx":  # a user's ONNX model: it maps only if it is a dense ReLU chain
@@ -144,8 +149,9 @@ class Loihi2(Target):
             except EdgesmithError as e:
                 raise EdgesmithError(f"loihi2 cannot run {producer.name}: {e.problem}", e.fix) from None
             imports = [ImportOnnxMlpConfig()]
-        variants = [Variant("sigma-delta", imports + [ExportLavaConfig()], ["lava"],
-                            "fixed-point sigma-delta network for Lava (Loihi2SimCfg fixed_pt)")]
+        variants = [Variant("sigma-delta", imports + [ExportNetxConfig()], ["lava"],
+                            "fixed-point Sigma-Delta network, written as netx HDF5 and run by lava-dl's netx in Lava "
+                            "(Loihi2SimCfg fixed_pt)")]
         return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance,
                     [ACTIVITY_NOTE])
 

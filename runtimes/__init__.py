@@ -10,7 +10,7 @@ RUNTIME_MODULES = {
     "onnxruntime": "edgesmith.runtimes.onnxruntime_rt",
     "tvm": "edgesmith.runtimes.tvm_rt",
     "lava": "edgesmith.runtimes.lava_rt",
-    "sigma-delta-ref": "edgesmith.runtimes.sigma_delta_rt",
+    "netx-ref": "edgesmith.runtimes.netx_ref_rt",
     "c": "edgesmith.runtimes.c_rt",
     "trees": "edgesmith.runtimes.trees_rt",
     "lrnn-ref": "edgesmith.runtimes.lrnn_ref",
@@ -18,14 +18,14 @@ RUNTIME_MODULES = {
 }
 
 # the runtime that runs a model in its native format: the reference every variant is compared with
-REFERENCE_RUNTIMES = {"torch": "torch", "trees": "trees", "onnx": "onnxruntime", "c": "c"}
+REFERENCE_RUNTIMES = {"torch": "torch", "trees": "trees", "onnx": "onnxruntime", "c": "c", "netx": "netx-ref"}
 
 
 def runtime_for(artifact) -> str:
     """The runtime that runs ``artifact`` on this machine without a simulator: its format's reference, and
-    for Lava files their bit-exact NumPy/Numba twin (the network type is in the artifact's meta)."""
-    if artifact.format == "lava":
-        return "lrnn-ref" if artifact.meta.get("network") == "edgesmith-lrnn-fixed" else "sigma-delta-ref"
+    for Lava files their bit-exact NumPy/Numba twin."""
+    if artifact.format == "lava":  # the fixed-point S5 denoiser (compress/lrnn/fixed.py)
+        return "lrnn-ref"
     return REFERENCE_RUNTIMES[artifact.format]
 
 __all__ = ["REFERENCE_RUNTIMES", "runtime_for", "RunResult", "Runtime", "get_runtime", "register_runtime", "runtime_names"]

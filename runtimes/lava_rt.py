@@ -1,10 +1,12 @@
-"""Lava (Loihi 2 simulator, fixed-point models): runs a ``model.lava.npz`` Sigma-Delta network.
+"""Lava (Loihi 2 simulator, fixed-point models): runs a netx HDF5 Sigma-Delta network with lava-dl's netx.
 
-Lava 0.10 needs Python 3.10, so the simulation runs out of process: this runtime quantizes the
-inputs, writes them with the network to a temporary IN.npz, runs ``runtimes/lava_worker.py`` with
-the Lava env's Python (``.venv-lava/bin/python`` in the repo root, or ``EDGESMITH_LAVA_PYTHON``),
-and reads back the output activations and the activity counts (synops, neuron updates, messages)
-that a Loihi cost model needs. ``runtimes/sigma_delta_ref.py`` computes the same numbers in-process.
+Lava 0.10 and lava-dl 0.6 need Python 3.10, so the simulation runs out of process: this runtime
+quantizes the inputs and delta-encodes them (``runtimes/netx_ref.py``), writes the messages to a
+temporary IN.npz, runs ``runtimes/lava_worker.py`` with the Lava env's Python (``.venv-lava/bin/python``
+in the repo root, or ``EDGESMITH_LAVA_PYTHON``), which loads the file with
+``netx.hdf5.Network``, and reads back every layer's messages. Outputs and activity counts (synops,
+neuron updates, messages: what a Loihi cost model needs) come from those messages, with the same
+code the in-process reference (``netx-ref``) uses.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import numpy as np
 from edgesmith.compress.base import Artifact
 from edgesmith.common import EdgesmithError, run_child
 from edgesmith.runtimes.base import Runtime, register_runtime
-from edgesmith.runtimes.sigma_delta_ref import SigmaDeltaNet, quantize_inputs
+from edgesmith.runtimes import netx_ref
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "lava_worker.py"
@@ -38,10 +40,10 @@ def lava_available() -> tuple[bool, str]:
     py = lava_python()
     if not py.exists():
         return False, (f"the Lava Python 3.10 env was not found at {py}. Fix: run `make setup` to build "
-                       f".venv-lava, or point {ENV_VAR} at the Python of an env with lava-nc 0.10.")
+                       f".venv-lava, or point {ENV_VAR} at the Python of an env with lava-nc 0.10 and lava-dl 0.6.")
     if not py.is_file() or not os.access(py, os.X_OK):
         return False, (f"{py} is not an executable Python interpreter (a folder, or not executable). Fix: point "
-                       f"{ENV_VAR} at the python of an env with lava-nc 0.10 (e.g. .venv-lava/bin/python).")
+                       f"{ENV_VAR} at the python of an env with lava-nc 0.10 and lava-dl 0.6 (e.g. .venv-lava/bin/python).")
     return True, ""
 
 
@@ -73,30 +75,30 @@ def run_worker(worker: Path, arrays: dict, *, timeout_s: float, what: str, too_l
         wall = time.perf_counter() - t0
         if proc.returncode != 0 or not dst.exists():
             raise EdgesmithError(f"the Lava worker ({worker.name}) failed: {_last_line(proc.stderr)}",
-                                 "check that .venv-lava has lava-nc 0.10 (run `make setup`) and that the "
-                                 "model was written by its export pass.")
+                                 "check that .venv-lava has lava-nc 0.10 and lava-dl 0.6 (run `make setup`) and that "
+                                 "the model was written by its export pass.")
         with np.load(dst, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}, wall
 
 
 @register_runtime
 class LavaRuntime(Runtime):
-    """Options: ``timeout_s`` (default 600) bounds one simulation; ``threads`` is not used."""
+    """Options: ``timeout_s`` (default 600) bounds one simulation; ``sparse`` (default: when a layer is more
+    than half zeros) loads dense layers as Lava Sparse synapses; ``threads`` is not used."""
 
     name = "lava"
     contract_fixture = "sigma-delta"
-    formats = ("lava",)
-    description = "Lava 0.10 Loihi2SimCfg(select_tag='fixed_pt'), Sigma-Delta network, out of process"
-    bit_exact_reference = "sigma-delta-ref"
+    formats = ("netx",)
+    description = "Lava 0.10 Loihi2SimCfg(select_tag='fixed_pt'), netx network loaded by lava-dl 0.6, out of process"
+    bit_exact_reference = "netx-ref"
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
         return lava_available()
 
     def _load(self, artifact: Artifact) -> None:
-        self.net_ = SigmaDeltaNet.load(artifact.path)
-        with np.load(artifact.path, allow_pickle=False) as z:
-            self.arrays_ = {k: z[k] for k in z.files}
+        self.net_ = netx_ref.NetxNet.load(artifact.path)
+        self.path_ = str(Path(artifact.path).resolve())
 
     def _check_shape(self, x: np.ndarray) -> None:
         super()._check_shape(x)
@@ -104,17 +106,33 @@ class LavaRuntime(Runtime):
             raise EdgesmithError(f"input has {int(np.prod(x.shape[1:]))} features per sample but the Lava network "
                                  f"takes {self.net_.n_inputs}.", "reshape the input to the model's input shape.")
 
+    def _sparse(self) -> bool:
+        opt = self.options.get("sparse")
+        if opt is not None:
+            return bool(opt)
+        return any(np.mean(lyr.lava_weight == 0) > 0.5 for lyr in self.net_.layers)
+
     def _run(self, x: np.ndarray) -> tuple[np.ndarray, dict]:
         ok, why = self.available()
         if not ok:
             problem, _, fix = why.partition(" Fix: ")
             raise EdgesmithError(problem, fix or None)
-        x_int = quantize_inputs(self.net_, x)
-        out, worker_s = run_worker(WORKER, {**self.arrays_, "inputs_int": x_int},
+        net = self.net_
+        in_msg = netx_ref.encode(net, netx_ref.quantize_inputs(net, x))
+        sparse = self._sparse()
+        out, worker_s = run_worker(WORKER, {"net_path": np.array(self.path_), "in_messages": in_msg.astype(np.int32),
+                                            "sparse": np.array(sparse)},
                                    timeout_s=float(self.options.get("timeout_s", 600)), what=f"{len(x)} samples",
                                    too_long_fix="run fewer samples at a time or raise the runtime's timeout_s.")
-        out_int = out["outputs"]
-        stats = json.loads(str(out["stats_json"]))
-        stats.update(worker_wall_s=worker_s, samples=len(x), timesteps_per_sample=self.net_.steps_per_sample,
-                     threads="n/a (Lava simulator)")
-        return (out_int.astype(np.float64) * self.net_.output_scale).astype(np.float32), stats
+        messages = [out[f"layer_messages_{i}"] for i in range(net.n_layers)]
+        worker = json.loads(str(out["stats_json"]))
+        # netx sized the weights itself: the reference's model of that must have built the same synapses
+        same = all(np.array_equal(out[f"lava_weight_{i}"], lyr.lava_weight)
+                   and worker["layers"][i]["weight_exp"] == lyr.weight_exp for i, lyr in enumerate(net.layers))
+        stats = netx_ref.activity_counts(net, in_msg, messages)
+        stats.update(worker_wall_s=worker_s, samples=len(x), timesteps_per_sample=net.steps_per_sample,
+                     sparse_synapses=sparse, lava_layers=worker["layers"], sim_wall_s=worker["sim_wall_s"],
+                     build_wall_s=worker["build_wall_s"], steps_per_s=worker["steps_per_s"],
+                     reference_weights_match=bool(same), threads="n/a (Lava simulator)")
+        out_int = netx_ref.window_outputs(net, messages[-1])
+        return {"output": netx_ref.descale(net, out_int).astype(np.float32), "output_int": out_int}, stats

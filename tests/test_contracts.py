@@ -124,7 +124,7 @@ def _lrnn_fixed(tmp_path):
 
 
 def _sigma_delta(tmp_path, digits):
-    art, _ = run_passes(source_artifact(digits), [config_from_dict({"kind": "export-lava"})],
+    art, _ = run_passes(source_artifact(digits), [config_from_dict({"kind": "export-netx"})],
                         PassContext(workdir=tmp_path, calibration=digits.calibration_data(64)))
     return art, digits.example_inputs(3)
 

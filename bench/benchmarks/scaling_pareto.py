@@ -9,7 +9,7 @@ the toolkit's own: on host-cpu the plan's fp32, int8 QDQ, int4 MatMulNBits and p
 then int8) variants, latency measured in a fresh process per artifact, energy estimated by the host
 cost model from that measured latency; on jetson-orin-nano fp32 and int8, latency and energy from its
 roofline cost model; on loihi2 the fixed-point Sigma-Delta network simulated in Lava, latency and
-energy from its activity counts. Loihi 2 runs only plain Linear/ReLU stacks (``export-lava``): the
+energy from its activity counts. Loihi 2 runs only plain Linear/ReLU stacks (``export-netx``): the
 routers (softmax gating, products) are left out there and the table says why.
 
 Parameters are the non-zero ones (pruned variants lose their zeros). A point is Pareto-optimal on an
@@ -59,8 +59,8 @@ def pareto_front(costs, values) -> list[bool]:
 
 
 def loihi_support(producer) -> str | None:
-    """None when export-lava can map the model, else the reason it cannot."""
-    from edgesmith.compress.export_lava import linear_relu_layers
+    """None when export-netx can map the model, else the reason it cannot."""
+    from edgesmith.compress.export_netx import linear_relu_layers
 
     try:
         linear_relu_layers(producer.module)

@@ -241,7 +241,7 @@ class ExportLrnnFixedConfig(PassConfig):
 def _export_lrnn_fixed(artifact: Artifact, config: ExportLrnnFixedConfig, ctx: PassContext) -> PassResult:
     if not isinstance(artifact.module, S5Denoiser):
         raise EdgesmithError(f"export-lrnn-fixed takes the S5 denoiser, not {type(artifact.module).__name__}.",
-                             "use it on the lrnn-denoiser model; export other models with export-lava.")
+                             "use it on the lrnn-denoiser model; export other models with export-netx.")
     calib = ctx.calibration_checked("calibration features (clips, frames, 257)")
     if calib.ndim != 3:
         raise EdgesmithError(f"calibration features have shape {calib.shape}, not (clips, frames, 257).",

@@ -10,6 +10,7 @@ The module must call ``models.distributed.comm.run_worker(fn)`` under ``if __nam
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import signal
@@ -100,10 +101,10 @@ def launch(module: str, config: dict, nproc: int, *, timeout_s: float = 300.0, b
 def _last_error(stderr: str) -> str:
     """The most telling line of a failed run's stderr (the raised exception, if any)."""
     lines = [ln.strip() for ln in (stderr or "").splitlines() if ln.strip()]
-    for ln in lines:  # a worker's own exception, as torchrun prefixes it ("[rank0]: ValueError: ...")
-        if ln.startswith("[rank") and "Error:" in ln:
-            return ln[:400]
-    for ln in reversed(lines):
-        if "Error" in ln and not ln.startswith(("torch.distributed.elastic", "[")):
-            return ln[:400]
+    raised = re.compile(r"^(\[rank\d+\]:\s*)?[A-Za-z_][\w.]*(Error|Exception|Interrupt)(:|$)")
+    # torchrun's own ChildFailedError only says that a worker failed; the worker's exception says why
+    own = [ln for ln in lines if raised.match(ln) and "ChildFailedError" not in ln]
+    ranked = [ln for ln in own if ln.startswith("[rank")]
+    if ranked or own:
+        return (ranked or own)[0 if ranked else -1][:400]
     return lines[-1][:400] if lines else "no output"

@@ -32,7 +32,7 @@ def test_targets_lists_every_coefficient_with_its_source(capsys):
 def test_models_and_passes_are_listed(capsys):
     assert run_cli(capsys, "models")[1].count("digits-") >= 2
     out = run_cli(capsys, "passes")[1]
-    for kind in ("export-onnx", "int8-qdq", "int4-weight-only", "prune-magnitude", "export-lava"):
+    for kind in ("export-onnx", "int8-qdq", "int4-weight-only", "prune-magnitude", "export-netx"):
         assert kind in out
 
 

@@ -62,7 +62,7 @@ def test_non_fixed_point_workload_is_a_user_error():
 def test_target_facts():
     t = Loihi2()
     assert t.memory_budget_bytes == 128 * 192 * 1024
-    assert (t.numeric_formats, t.runtime, t.export_format) == (("fixed",), "lava", "lava")
+    assert (t.numeric_formats, t.runtime, t.export_format) == (("fixed",), "lava", "netx")
 
 
 def test_a_batch_streams_sample_after_sample_so_cost_scales_with_batch():

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 from torch import nn
 
-from edgesmith.compress.export_lava import ExportLavaConfig
+from edgesmith.compress.export_netx import ExportNetxConfig
 from edgesmith.compress.export_onnx import ExportOnnxConfig
 from edgesmith.compress.prune import MagnitudePruneConfig
 from edgesmith.compress.quant_int4 import Int4WeightOnlyConfig
@@ -84,7 +84,7 @@ def test_jetson_plan_is_fp32_and_int8_on_the_onnxruntime_proxy():
 def test_loihi2_plan_is_one_sigma_delta_variant_on_lava():
     plan = get_target("loihi2").plan(PRODUCER, PlanOptions())
     assert [v.name for v in plan.variants] == ["sigma-delta"]
-    assert _types(plan.variants[0]) == [ExportLavaConfig]
+    assert _types(plan.variants[0]) == [ExportNetxConfig]
     assert plan.variants[0].runtimes == ["lava"]
     assert plan.latency_provenance == "estimated"
 

@@ -87,7 +87,25 @@ def test_relative_and_absolute_paths_and_repeated_runs_give_the_same_bytes(tmp_p
 def _start_deploy(out: Path) -> subprocess.Popen:
     return subprocess.Popen([*ES, "deploy", "digits-wide", "--target", "host-cpu", "--out", str(out), "--variant", "fp32",
                              "--variant", "int8", "--reps", "2000", "--warmup", "1", "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # a shell without job control starts background jobs with SIGINT ignored, and Python
+                            # then keeps ignoring it: give the deploy the default disposition a terminal gives
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _parent(pid: int) -> int:
+    for line in _status(pid).splitlines():
+        if line.startswith(b"ppid:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        pid = _parent(pid)
+        if pid == ancestor:
+            return True
+    return False
 
 
 def _wait_for_workers(parent_pid: int, timeout: float = 240) -> list[int]:
@@ -101,7 +119,7 @@ def _wait_for_workers(parent_pid: int, timeout: float = 240) -> list[int]:
                     cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ")
                 except OSError:
                     continue
-                if b"edgesmith.bench.worker" in cmd:
+                if b"edgesmith.bench.worker" in cmd and _descends_from(int(p.name), parent_pid):
                     found.append(int(p.name))
         if found:
             return found
