@@ -11,7 +11,7 @@ The file is what lava-dl's ``export_hdf5`` writes for a ``slayer.block.sigma_del
 * ``edgesmith`` (ignored by netx): ``input_scale``, ``output_scale``, ``output_bias``,
   ``timesteps_per_sample``, ``layer_names``, ``weight_scale``.
 
-Fixed-point mapping (netx's arithmetic, see ``runtimes/netx_ref.py``): messages into layer l carry
+Fixed-point mapping (netx's arithmetic, see ``compress/netx_format.py``): messages into layer l carry
 ``m`` in units ``M_{l-1}``; the layer accumulates ``sigma += q . m`` (units ``U_l = s_l M_{l-1}``, with
 ``q = round(W / s_l)`` in [-127, 127]), adds ``bias << 12``, applies ReLU and sends ``act >> 6``, so
 ``M_l = 64 U_l``. The input encoder sends ``64 * x_int`` with ``x_int = round(x / S_in)``, so
@@ -31,11 +31,26 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
-from torch import nn
-
-from edgesmith.compress.base import Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult, register_pass
-from edgesmith.compress.onnx_analysis import report_db, sqnr_db
 from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.compress.base import (
+    Artifact,
+    LayerReport,
+    PassConfig,
+    PassContext,
+    PassReport,
+    PassResult,
+    register_pass,
+)
+from edgesmith.compress.netx_format import (
+    NetxLayer,
+    NetxNet,
+    descale,
+    netx_weights,
+    quantize_inputs,
+    simulate,
+)
+from edgesmith.compress.onnx_analysis import report_db, sqnr_db
+from torch import nn
 
 FORMAT_VERSION = 1
 SIGMA_PEAK = 2 ** 20  # hidden layers: act >> 6 then stays below 2**14, one bit under the 16-bit payload's range
@@ -168,8 +183,6 @@ def _candidate(fl: list[_Float], input_scale: float) -> _Candidate:
 
 
 def _net_of(c: _Candidate, fl: list[_Float], vth: int, steps: int):
-    from edgesmith.runtimes.netx_ref import NetxLayer, NetxNet, netx_weights
-
     layers = []
     for i, (q, b, f) in enumerate(zip(c.weights, c.biases, fl)):
         sigma_out = i == len(fl) - 1 and not f.relu
@@ -186,8 +199,6 @@ def _net_of(c: _Candidate, fl: list[_Float], vth: int, steps: int):
 
 def _score(net, x: np.ndarray, ref: np.ndarray) -> tuple[float, dict]:
     """Output SQNR of the fixed-point network on the calibration samples, run one after another as the runtime does."""
-    from edgesmith.runtimes.netx_ref import descale, quantize_inputs, simulate
-
     res = simulate(net, quantize_inputs(net, x))
     out = descale(net, res.outputs)
     return sqnr_db(ref, out), res.stats

@@ -1,7 +1,7 @@
 """Lava (Loihi 2 simulator, fixed-point models): runs a netx HDF5 Sigma-Delta network with lava-dl's netx.
 
 Lava 0.10 and lava-dl 0.6 need Python 3.10, so the simulation runs out of process: this runtime
-quantizes the inputs and delta-encodes them (``runtimes/netx_ref.py``), writes the messages to a
+quantizes the inputs and delta-encodes them (``compress/netx_format.py``), writes the messages to a
 temporary IN.npz, runs ``runtimes/lava_worker.py`` with the Lava env's Python (``.venv-lava/bin/python``
 in the repo root, or ``EDGESMITH_LAVA_PYTHON``), which loads the file with
 ``netx.hdf5.Network``, and reads back every layer's messages. Outputs and activity counts (synops,
@@ -11,45 +11,17 @@ code the in-process reference (``netx-ref``) uses.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 from edgesmith.compress.base import Artifact
-from edgesmith.common import EdgesmithError, run_child
+from edgesmith.common import EdgesmithError, lava_available, run_in_lava_env
 from edgesmith.runtimes.base import Runtime, register_runtime
-from edgesmith.runtimes import netx_ref
+from edgesmith.compress import netx_format as netx_ref
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "lava_worker.py"
-ENV_VAR = "EDGESMITH_LAVA_PYTHON"
-
-
-def lava_python() -> Path:
-    """The Lava env's interpreter: $EDGESMITH_LAVA_PYTHON, else .venv-lava/bin/python in the repo root."""
-    override = os.environ.get(ENV_VAR)
-    return Path(override) if override else REPO_ROOT / ".venv-lava" / "bin" / "python"
-
-
-def lava_available() -> tuple[bool, str]:
-    """Whether the Lava env's interpreter is there and runnable, and if not, what to do."""
-    py = lava_python()
-    if not py.exists():
-        return False, (f"the Lava Python 3.10 env was not found at {py}. Fix: run `make setup` to build "
-                       f".venv-lava, or point {ENV_VAR} at the Python of an env with lava-nc 0.10 and lava-dl 0.6.")
-    if not py.is_file() or not os.access(py, os.X_OK):
-        return False, (f"{py} is not an executable Python interpreter (a folder, or not executable). Fix: point "
-                       f"{ENV_VAR} at the python of an env with lava-nc 0.10 and lava-dl 0.6 (e.g. .venv-lava/bin/python).")
-    return True, ""
-
-
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1][:400] if lines else "(no error output)"
 
 
 def run_worker(worker: Path, arrays: dict, *, timeout_s: float, what: str, too_long_fix: str) -> tuple[dict, float]:
@@ -62,21 +34,11 @@ def run_worker(worker: Path, arrays: dict, *, timeout_s: float, what: str, too_l
         src, dst = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
         with open(src, "wb") as f:
             np.savez(f, **arrays)
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-        ok, why = lava_available()
-        if not ok:
-            raise EdgesmithError(why.split(" Fix: ")[0], why.split(" Fix: ")[-1])
-        t0 = time.perf_counter()
-        try:
-            proc = run_child([str(lava_python()), str(worker), str(src), str(dst)], timeout_s=timeout_s, env=env,
-                             cwd=tmp)
-        except subprocess.TimeoutExpired:
-            raise EdgesmithError(f"the Lava simulation of {what} ran past {timeout_s:.0f} s.", too_long_fix) from None
-        wall = time.perf_counter() - t0
-        if proc.returncode != 0 or not dst.exists():
-            raise EdgesmithError(f"the Lava worker ({worker.name}) failed: {_last_line(proc.stderr)}",
-                                 "check that .venv-lava has lava-nc 0.10 and lava-dl 0.6 (run `make setup`) and that "
-                                 "the model was written by its export pass.")
+        wall = run_in_lava_env(worker, [str(src), str(dst)], timeout_s=timeout_s, cwd=tmp,
+                               what=f"the Lava simulation of {what}", too_long_fix=too_long_fix,
+                               failed_fix="check that .venv-lava has lava-nc 0.10 and lava-dl 0.6 (run `make setup`) "
+                                          "and that the model was written by its export pass.",
+                               expect=dst)
         with np.load(dst, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}, wall
 

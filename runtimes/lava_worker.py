@@ -5,7 +5,7 @@
 A standalone script for the Python 3.10 Lava env: it imports only numpy and lava / lava-dl (never the
 edgesmith packages, which need Python 3.11). IN.npz holds ``net_path`` (the .net file),
 ``in_messages`` (n_in, T) int32 (the host-side Delta encoder's graded spikes, computed by
-runtimes/netx_ref.py) and ``sparse`` (load dense layers as Sparse synapses).
+compress/netx_format.py) and ``sparse`` (load dense layers as Sparse synapses).
 
 The network is ``lava.lib.dl.netx.hdf5.Network(net_path, skip_layers=1)``: netx's Input block has no
 input port, so the encoder's messages go straight into the first dense layer. A source RingBuffer

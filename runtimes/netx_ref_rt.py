@@ -10,7 +10,7 @@ import numpy as np
 
 from edgesmith.compress.base import Artifact
 from edgesmith.runtimes.base import Runtime, register_runtime
-from edgesmith.runtimes.netx_ref import NetxNet, descale, quantize_inputs, simulate
+from edgesmith.compress.netx_format import NetxNet, descale, quantize_inputs, simulate
 
 
 @register_runtime

@@ -10,7 +10,7 @@ from torch import nn
 from edgesmith.compress import Artifact, PassContext, config_from_json, run_passes
 from edgesmith.compress.export_netx import SIGMA_PEAK, ExportNetxConfig
 from edgesmith.common import EdgesmithError
-from edgesmith.runtimes import netx_ref
+from edgesmith.compress import netx_format as netx_ref
 
 
 def _export(art: Artifact, calib: np.ndarray, workdir, **cfg):

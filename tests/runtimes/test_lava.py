@@ -15,7 +15,7 @@ from edgesmith.compress import Artifact, PassContext, run_passes
 from edgesmith.compress.export_netx import ExportNetxConfig
 from edgesmith.common import EdgesmithError
 from edgesmith.runtimes import get_runtime
-from edgesmith.runtimes import netx_ref as ref
+from edgesmith.compress import netx_format as ref
 from edgesmith.runtimes.lava_rt import LavaRuntime
 
 N_DENSE, N_SPARSE = 16, 8

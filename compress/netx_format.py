@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-
 from edgesmith.common import EdgesmithError
 
 SPIKE_EXP = 6  # netx.hdf5.Network's default spike_exp
@@ -89,6 +88,7 @@ class NetxNet:
     output_bias: np.ndarray
     steps_per_sample: int
     has_input_layer: bool
+    units: str = "edgesmith"  # where the float scales come from: the file's edgesmith group, or lava-dl's units
     path: str = ""
     notes: list[str] = field(default_factory=list)
 
@@ -245,7 +245,7 @@ def _build(path: Path, f, groups, types) -> NetxNet:
         steps = len(layers) + 1
     return NetxNet(layers=layers, n_inputs=int(n_in), input_vth=input_vth, input_weight=tw, input_bias=tb,
                    output_scale=out_scale, output_bias=out_bias, steps_per_sample=steps, has_input_layer=has_input,
-                   path=str(path), notes=notes)
+                   units="edgesmith" if meta is not None else "lava-dl", path=str(path), notes=notes)
 
 
 def netx_weights(w: np.ndarray) -> tuple[np.ndarray, int, int]:
@@ -342,7 +342,8 @@ def activity_counts(net: NetxNet, in_messages: np.ndarray, layer_messages: list[
         nz = prev != 0
         per_layer.append({
             "name": lyr.name, "neuron": "Sigma" if lyr.sigma_output else "SigmaDelta",
-            "synapses": int(fan_out.sum()), "in_messages": int(nz.sum()),
+            "neurons": int(lyr.n_out), "synapses": int(fan_out.sum()), "dense_synapses": int(lyr.lava_weight.size),
+            "in_messages": int(nz.sum()),
             "synops": int(fan_out @ nz.sum(axis=1)), "neuron_updates": int(lyr.n_out * steps),
             "messages": int(np.count_nonzero(msg)), "max_abs_message": int(np.abs(msg).max(initial=0)),
         })
