@@ -50,6 +50,9 @@ class Workload:
     timesteps: int = 1
     source: str = ""  # how these counts were obtained (graph analysis, simulator counters, ...)
     measured_latency_s: float | None = None  # wall time of one call on `batch` samples, when measured here
+    # neuromorphic: per layer (one Lava process each) {name, neurons, synapses, dense_synapses, synops,
+    # neuron_updates, messages}, counts per sample; a core-mapping cost model places them on cores
+    layers: tuple = ()
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -170,6 +173,8 @@ class Target(ABC):
     kinds: ClassVar[tuple[str, ...]] = ("tensor",)
     # kinds it refuses, each with the reason shown to the user
     refused_kinds: ClassVar[dict[str, str]] = {}
+    # formats a model may arrive in for this target's plans to start from (a producer's native_format)
+    source_formats: ClassVar[tuple[str, ...]] = ("torch", "onnx", "trees")
 
     @property
     @abstractmethod
@@ -182,6 +187,7 @@ class Target(ABC):
 
         kind = get_kind(producer.kind)
         self.check_kind(kind.name, producer.name)
+        self.check_source_format(producer.native_format, producer.name)
         kind_options = kind.options(options.options)
         return getattr(self, "plan_" + kind.name.replace("-", "_"))(producer, options, kind_options)
 
@@ -193,6 +199,15 @@ class Target(ABC):
         why = self.refused_kinds.get(kind, f"it has no plan for {kind} models")
         raise EdgesmithError(f"{self.name} cannot run {what}, a {kind} model: {why}.",
                              f"deploy it to {' or '.join(others)}." if others else "no target runs this kind yet.")
+
+    def check_source_format(self, fmt: str, what: str = "this model") -> None:
+        """Refuse a model that arrives in a format none of this target's plans start from."""
+        if fmt in self.source_formats:
+            return
+        others = [n for n in target_names() if fmt in _TARGETS[n].source_formats]
+        raise EdgesmithError(f"{self.name} cannot start from {what}, a {fmt} file: its plans start from "
+                             f"{', '.join(self.source_formats)} models.",
+                             f"deploy it to {' or '.join(others)}." if others else "convert it to one of those formats.")
 
     def check_fits(self, size_bytes: int, what: str) -> None:
         if size_bytes > self.memory_budget_bytes:
@@ -214,6 +229,7 @@ class Target(ABC):
             "latency_provenance": self.latency_provenance,
             "kinds": list(self.kinds),
             "refused_kinds": dict(self.refused_kinds),
+            "source_formats": list(self.source_formats),
             "cost_model": self.cost_model.name,
             "coefficients": [c.to_dict() for c in self.cost_model.coefficients.values()],
         }

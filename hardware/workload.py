@@ -302,7 +302,9 @@ def workload_from_activity(stats: Mapping, weight_bytes: float) -> Workload:
     """A Loihi workload from Lava run statistics: totals over the run of ``timesteps`` steps.
 
     ``stats`` must hold ``synops``, ``neuron_updates``, ``messages`` (totals over the run) and
-    ``timesteps``; ``weight_bytes`` is the bytes of synaptic weights the network stores.
+    ``timesteps``; ``weight_bytes`` is the bytes of synaptic weights the network stores. When
+    ``stats["per_layer"]`` describes every layer (``neurons``, ``synapses``, ``synops``,
+    ``neuron_updates``, ``messages``), the workload carries them so a cost model can place layers on cores.
     """
     missing = [k for k in ACTIVITY_KEYS if k not in stats]
     if missing:
@@ -325,7 +327,35 @@ def workload_from_activity(stats: Mapping, weight_bytes: float) -> Workload:
     if not np.isfinite(weight_bytes) or weight_bytes < 0:
         raise EdgesmithError(f"weight_bytes is {weight_bytes}; it must be finite and non-negative.",
                              "pass the bytes of synaptic weights the network stores.")
+    layers = tuple(_layer_activity(p) for p in stats.get("per_layer") or ()
+                   if all(k in p for k in LAYER_KEYS))
+    if len(layers) != len(stats.get("per_layer") or ()):
+        layers = ()  # a partial description would misplace the rest: fall back to the whole-network model
     return Workload(synops=values["synops"], neuron_updates=values["neuron_updates"],
                     messages=values["messages"], timesteps=int(values["timesteps"]),
-                    weight_bytes=float(weight_bytes), precision="fixed", n_layers=0, batch=1,
-                    source="Lava run statistics (synops, neuron updates, messages over the run)")
+                    weight_bytes=float(weight_bytes), precision="fixed", n_layers=len(layers), batch=1,
+                    source="Lava run statistics (synops, neuron updates, messages over the run)", layers=layers)
+
+
+LAYER_KEYS = ("neurons", "synapses", "synops", "neuron_updates", "messages")
+
+
+def _layer_activity(p: Mapping) -> dict:
+    out = {"name": str(p.get("name", "")), "dense_synapses": float(p.get("dense_synapses", p["synapses"]))}
+    for k in LAYER_KEYS:
+        v = float(p[k])
+        if not np.isfinite(v) or v < 0:
+            raise EdgesmithError(f"layer {out['name']!r}: activity statistic {k} is {v}.",
+                                 "check the simulator's per-layer counters.")
+        out[k] = v
+    return out
+
+
+def scale_activity(stats: Mapping, n: float) -> dict:
+    """Per-sample activity from run totals over ``n`` samples: every count divided by ``n``, per layer too
+    (neuron and synapse counts describe the network and stay)."""
+    out = {k: stats[k] / n for k in ACTIVITY_KEYS}
+    if stats.get("per_layer"):
+        out["per_layer"] = [{**p, **{k: p[k] / n for k in ("synops", "neuron_updates", "messages") if k in p}}
+                            for p in stats["per_layer"]]
+    return out

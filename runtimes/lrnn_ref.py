@@ -144,34 +144,45 @@ def _synops(w: np.ndarray, inputs: np.ndarray) -> int:
     return int(fan_out @ np.count_nonzero(inputs, axis=0))
 
 
+def _layer(name: str, w: np.ndarray, inputs: np.ndarray, outputs: np.ndarray, relayed: int = 0) -> dict:
+    """One Lava process's counts: ``w`` (neurons, fan-in) driven by ``inputs`` (T, fan-in), sending
+    ``outputs`` (T, n) plus ``relayed`` messages it passes on unchanged (the residual stream)."""
+    T = inputs.shape[0]
+    return {"name": name, "neurons": int(w.shape[0]), "synapses": int(np.count_nonzero(w)),
+            "dense_synapses": int(w.size), "synops": _synops(w, inputs), "neuron_updates": int(w.shape[0] * T),
+            "messages": int(np.count_nonzero(outputs)) + int(relayed)}
+
+
 def activity_counts(net: dict, u: np.ndarray, res: dict) -> dict:
-    """Synops, neuron updates and messages of the Lava graph for one run (see the module docstring)."""
+    """Synops, neuron updates and messages of the Lava graph for one run (see the module docstring),
+    in total and per process (encoder, per block x / y / h, decoder) for a core-mapping cost model."""
     T = u.shape[0]
     L, N, H = net["b_re"].shape
-    synops = _synops(net["enc_w"], u)
-    updates = H * T
-    messages = int(np.count_nonzero(u)) + int(np.count_nonzero(res["h_enc"]))
+    eye = np.eye(H, dtype=np.int64)
+    zeros = np.zeros
+    per_layer = [_layer("encoder", net["enc_w"], u, res["h_enc"])]
     h_in = res["h_enc"]
     for l in range(L):
         xr, xi = res["x"][l][:, :N], res["x"][l][:, N:]
         y = res["y"][l]
-        eye = np.eye(H, dtype=np.int64)
-        synops += _synops(np.vstack([net["b_re"][l], net["b_im"][l], eye]), h_in)
-        synops += _synops(np.vstack([np.hstack([net["c_re"][l], net["c_im"][l], np.zeros((H, H), np.int64)]),
-                                     np.hstack([np.zeros((2 * H, 2 * N), np.int64),
-                                                np.vstack([np.diag(net["d_w"][l]), eye])])]),
-                          np.hstack([xr, xi, h_in]))
-        synops += _synops(np.vstack([np.hstack([net["w1"][l], np.zeros((H, H), np.int64)]),
-                                     np.hstack([net["w2"][l], np.zeros((H, H), np.int64)]),
-                                     np.hstack([np.zeros((H, H), np.int64), eye])]), np.hstack([y, h_in]))
-        updates += T * ((2 * N + H) + 2 * H + H)
-        messages += int(np.count_nonzero(res["x"][l])) + 2 * int(np.count_nonzero(h_in)) + \
-            int(np.count_nonzero(y)) + int(np.count_nonzero(res["h"][l]))
+        relay = int(np.count_nonzero(h_in))
+        # x: the complex state (2N) plus H identity neurons that carry the block's input on
+        per_layer.append(_layer(f"block{l}.x", np.vstack([net["b_re"][l], net["b_im"][l], eye]), h_in,
+                                res["x"][l], relay))
+        w_y = np.vstack([np.hstack([net["c_re"][l], net["c_im"][l], zeros((H, H), np.int64)]),
+                         np.hstack([zeros((2 * H, 2 * N), np.int64), np.vstack([np.diag(net["d_w"][l]), eye])])])
+        per_layer.append(_layer(f"block{l}.y", w_y, np.hstack([xr, xi, h_in]), y, relay))
+        w_h = np.vstack([np.hstack([net["w1"][l], zeros((H, H), np.int64)]),
+                         np.hstack([net["w2"][l], zeros((H, H), np.int64)]),
+                         np.hstack([zeros((H, H), np.int64), eye])])
+        per_layer.append(_layer(f"block{l}.h", w_h, np.hstack([y, h_in]), res["h"][l]))
         h_in = res["h"][l]
-    synops += _synops(net["dec_w"], h_in)
-    updates += net["dec_w"].shape[0] * T
-    messages += int(np.count_nonzero(res["mask"]))
-    return {"synops": synops, "neuron_updates": int(updates), "messages": int(messages), "timesteps": int(T)}
+    per_layer.append(_layer("decoder", net["dec_w"], h_in, res["mask"]))
+    input_messages = int(np.count_nonzero(u))
+    return {"synops": sum(p["synops"] for p in per_layer),
+            "neuron_updates": sum(p["neuron_updates"] for p in per_layer),
+            "messages": input_messages + sum(p["messages"] for p in per_layer),
+            "input_messages": input_messages, "timesteps": int(T), "per_layer": per_layer}
 
 
 def run_clips(net: dict, u: np.ndarray) -> tuple[np.ndarray, dict]:
@@ -183,6 +194,9 @@ def run_clips(net: dict, u: np.ndarray) -> tuple[np.ndarray, dict]:
         masks.append(r["mask"])
         for k in ("synops", "neuron_updates", "messages", "timesteps"):
             total[k] += r["stats"][k]
+        total["per_layer"] = [{**p, **{k: p[k] + q[k] for k in ("synops", "neuron_updates", "messages")}}
+                              for p, q in zip(total["per_layer"], r["stats"]["per_layer"])] \
+            if "per_layer" in total else r["stats"]["per_layer"]
         total["overflow_int32_accumulator"] |= r["stats"]["overflow_int32_accumulator"]
     return np.stack(masks), total
 

@@ -75,3 +75,67 @@ def test_a_batch_streams_sample_after_sample_so_cost_scales_with_batch():
                                     weight_bytes=24_000, batch=8))
     assert eight.latency_s == pytest.approx(8 * one.latency_s)
     assert eight.energy_j == pytest.approx(8 * one.energy_j)
+
+
+def _layer(name, neurons, synapses, synops, dense=None, updates=None, messages=0.0):
+    return {"name": name, "neurons": float(neurons), "synapses": float(synapses),
+            "dense_synapses": float(dense if dense is not None else synapses), "synops": float(synops),
+            "neuron_updates": float(updates if updates is not None else neurons), "messages": float(messages)}
+
+
+def _layered(*layers, steps=1):
+    return Workload(synops=sum(p["synops"] for p in layers), neuron_updates=sum(p["neuron_updates"] for p in layers),
+                    messages=sum(p["messages"] for p in layers), timesteps=steps, precision="fixed",
+                    weight_bytes=sum(p["dense_synapses"] for p in layers), layers=tuple(layers))
+
+
+def test_each_layer_gets_its_own_cores_and_the_busiest_sets_the_pace():
+    # two small layers: one core each, running in parallel, so compute time is the larger one's, not the sum
+    m = Loihi2CostModel()
+    est = m.estimate(_layered(_layer("a", 100, 1000, 4e5), _layer("b", 10, 100, 1e5)))
+    assert est.breakdown["cores_used"] == 2
+    assert est.breakdown["busiest_core_layer"] == "a"
+    assert est.breakdown["compute_s"] == pytest.approx(4e5 * 3.5e-9 + 100 * 8.4e-9)
+
+
+def test_a_layer_over_one_cores_memory_is_split_evenly():
+    # 400k dense 8-bit synapses + 100 x 12 B of state = 401,200 B -> 3 cores of 192 KB, each doing a third
+    m = Loihi2CostModel()
+    big = _layer("big", 100, 400_000, 9e5)
+    est = m.estimate(_layered(big))
+    place = est.breakdown["placement"][0]
+    assert place["cores"] == 3
+    assert place["memory_bytes_per_core"] == pytest.approx((400_000 + 1200) / 3, abs=1)
+    assert est.breakdown["compute_s"] == pytest.approx((9e5 * 3.5e-9 + 100 * 8.4e-9) / 3)
+
+
+def test_sparse_storage_is_used_when_smaller():
+    # 10% nonzero: 2 B x 40k = 80 kB sparse beats 400 kB dense, so the layer fits one core
+    m = Loihi2CostModel()
+    est = m.estimate(_layered(_layer("sparse", 100, 40_000, 1e5, dense=400_000)))
+    assert est.breakdown["placement"][0]["cores"] == 1
+
+
+def test_neuron_count_alone_can_need_more_cores():
+    m = Loihi2CostModel()
+    est = m.estimate(_layered(_layer("wide", 20_000, 20_000, 1e4)))
+    assert est.breakdown["placement"][0]["cores"] == 3  # ceil(20,000 / 8,192)
+
+
+def test_layers_that_need_more_than_128_cores_are_refused_with_the_per_layer_count():
+    m = Loihi2CostModel()
+    huge = _layer("huge", 100, 200 * CORE_MEMORY_BYTES, 1e5)
+    with pytest.raises(EdgesmithError, match="huge: 2"):
+        m.estimate(_layered(huge))
+
+
+def test_per_layer_counts_come_from_activity_statistics():
+    from edgesmith.hardware.workload import scale_activity, workload_from_activity
+
+    stats = {"synops": 40.0, "neuron_updates": 20.0, "messages": 10.0, "timesteps": 4,
+             "per_layer": [_layer("x", 5, 50, 40, updates=20, messages=10)]}
+    work = workload_from_activity(scale_activity(stats, 2), weight_bytes=50)
+    assert work.layers[0]["synops"] == 20 and work.layers[0]["neurons"] == 5  # counts per sample, sizes kept
+    # a partial description would misplace the rest: the whole network is then one layer
+    stats["per_layer"] = [{"name": "x", "synops": 40}]
+    assert workload_from_activity(stats, weight_bytes=50).layers == ()
