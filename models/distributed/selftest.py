@@ -6,10 +6,16 @@
 Each rank holds different data. Three checks, reported by rank 0 as maximum absolute differences:
 identity hook vs plain DDP (gradients after one backward), top-k + EF14 error buffer vs the local
 gradient minus what top-k kept of it, and the hooked gradient vs the mean of every rank's top-k.
+
+For the launcher's own tests, ``lose_rank1`` makes rank 1 vanish without an exception (``os._exit``, as
+a worker killed by a signal or a dropped connection would): ``"always"``, or ``"once:PATH"`` (only
+while PATH does not exist yet; the lost worker creates it).
 """
 from __future__ import annotations
 
 import copy
+import os
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -29,7 +35,19 @@ def _backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
     nn.functional.mse_loss(model(x), y).backward()
 
 
+def _maybe_lose_rank1(spec: str | None, rank: int) -> None:
+    if not spec or rank != 1:
+        return
+    if spec == "always":
+        os._exit(3)
+    marker = Path(spec.removeprefix("once:"))
+    if not marker.exists():
+        marker.touch()
+        os._exit(3)
+
+
 def check(config: dict, comm: Comm) -> dict:
+    _maybe_lose_rank1(config.get("lose_rank1"), comm.rank)
     torch.manual_seed(0)  # identical initial weights on every rank
     base = nn.Sequential(nn.Linear(8, 6), nn.Tanh(), nn.Linear(6, 3))
     g = torch.Generator().manual_seed(100 + comm.rank)  # different data on every rank

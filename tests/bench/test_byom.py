@@ -93,8 +93,6 @@ def test_onnx_file_with_labels_in_the_npz_scores_accuracy_on_every_target(capsys
             assert rows["int8"]["evaluation"]["value"] > 0.9
         # the exported Gemm layers leave MatMulNBits nothing to quantize: int4 is not built, and says why
         assert "int4" not in rows
-    notes = " ".join(r["plan"]["notes"])
-    assert "int4 not built: no MatMul" not in notes or True
 
 
 def test_without_labels_the_metric_is_fidelity_to_the_fp32_model(capsys, files, tmp_path):

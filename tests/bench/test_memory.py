@@ -34,7 +34,8 @@ def test_peak_rss_is_at_least_current_rss_while_a_big_array_is_alive():
     before = current_rss_bytes()
     block = np.ones(64 * 2**20 // 8)  # 64 MiB, every page touched
     now = current_rss_bytes()
-    assert now - before > 48 * 2**20
+    # at least half of it: pages freed earlier in the run may be reused without growing the RSS
+    assert now - before > 32 * 2**20
     assert peak_rss_bytes() >= now
     del block
 

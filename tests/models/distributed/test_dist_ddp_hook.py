@@ -29,6 +29,36 @@ def test_failing_worker_is_a_readable_user_error():
                timeout_s=300)
 
 
+def test_a_worker_lost_without_an_exception_gets_one_more_run(tmp_path):
+    res = launch("edgesmith.models.distributed.selftest", {"lose_rank1": f"once:{tmp_path / 'lost'}"}, nproc=2,
+                 timeout_s=300)
+    assert res.restarts == 1 and res.to_dict()["restarts"] == 1
+    assert res.result["identity_vs_plain_max_abs"] < 1e-7  # the second run did the whole job
+
+
+def test_a_worker_lost_twice_names_the_exit_code_and_keeps_the_log(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGESMITH_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(EdgesmithError, match="exitcode") as info:
+        launch("edgesmith.models.distributed.selftest", {"lose_rank1": "always"}, nproc=2, timeout_s=300)
+    logs = list((tmp_path / "cache" / "logs").glob("torchrun-*.log"))
+    assert len(logs) == 1 and str(logs[0]) in str(info.value)
+    assert "exitcode" in logs[0].read_text()
+
+
+def test_a_python_exception_is_not_retried(tmp_path, monkeypatch):
+    # a worker's exception is deterministic (a bad setting): running it again would only double the wait
+    import importlib
+
+    mod = importlib.import_module("edgesmith.models.distributed.launch")
+    runs = []
+    real = mod._run
+    monkeypatch.setattr(mod, "_run", lambda *a: runs.append(1) or real(*a))
+    monkeypatch.setenv("EDGESMITH_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(EdgesmithError, match="outside"):
+        launch("edgesmith.models.distributed.selftest", {"topk": -1}, nproc=2, timeout_s=300)
+    assert len(runs) == 1
+
+
 def test_bad_process_count_and_backend_are_rejected_before_starting():
     with pytest.raises(EdgesmithError, match="positive"):
         launch("edgesmith.models.distributed.selftest", {}, nproc=0)
