@@ -418,3 +418,54 @@ def run_child(cmd: list[str], *, timeout_s: float | None = None, env: dict | Non
         proc.communicate()
         raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+# --- the Lava env (Python 3.10: lava-nc 0.10, lava-dl 0.6) ------------------------------------------------
+
+LAVA_ENV_VAR = "EDGESMITH_LAVA_PYTHON"
+
+
+def lava_python() -> Path:
+    """The Lava env's interpreter: $EDGESMITH_LAVA_PYTHON, else .venv-lava/bin/python in the checkout."""
+    override = os.environ.get(LAVA_ENV_VAR)
+    return Path(override) if override else SOURCE_ROOT / ".venv-lava" / "bin" / "python"
+
+
+def lava_available() -> tuple[bool, str]:
+    """Whether the Lava env's interpreter is there and runnable, and if not, what to do."""
+    py = lava_python()
+    if not py.exists():
+        return False, (f"the Lava Python 3.10 env was not found at {py}. Fix: run `make setup` to build "
+                       f".venv-lava, or point {LAVA_ENV_VAR} at the Python of an env with lava-nc 0.10 and lava-dl 0.6.")
+    if not py.is_file() or not os.access(py, os.X_OK):
+        return False, (f"{py} is not an executable Python interpreter (a folder, or not executable). Fix: point "
+                       f"{LAVA_ENV_VAR} at the python of an env with lava-nc 0.10 and lava-dl 0.6 "
+                       "(e.g. .venv-lava/bin/python).")
+    return True, ""
+
+
+def run_in_lava_env(script: Path, args: list[str], *, timeout_s: float, cwd, what: str, too_long_fix: str,
+                    failed_fix: str, expect: Path | None = None) -> float:
+    """Run a standalone script with the Lava env's Python; return its wall time in seconds.
+
+    Every failure is one ``EdgesmithError``: no Lava env, a run past ``timeout_s``, or a script that exits
+    non-zero or does not write ``expect`` (its last stderr line is quoted)."""
+    import subprocess
+    import time
+
+    ok, why = lava_available()
+    if not ok:
+        problem, _, fix = why.partition(" Fix: ")
+        raise EdgesmithError(problem, fix or None)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    t0 = time.perf_counter()
+    try:
+        proc = run_child([str(lava_python()), str(script), *args], timeout_s=timeout_s, env=env, cwd=cwd)
+    except subprocess.TimeoutExpired:
+        raise EdgesmithError(f"{what} ran past {timeout_s:.0f} s.", too_long_fix) from None
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0 or (expect is not None and not Path(expect).exists()):
+        lines = [ln.strip() for ln in (proc.stderr or "").strip().splitlines() if ln.strip()]
+        last = lines[-1][:400] if lines else "(no error output)"
+        raise EdgesmithError(f"{Path(script).name} failed: {last}", failed_fix)
+    return wall

@@ -296,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("deploy", help="run a target's whole plan for a model and write a report folder")
     p.add_argument("model", nargs="?", help="a producer name (`edgesmith models`) or your model: model.onnx, "
                                             "file.py:factory, model.pt (TorchScript), model.pt2 (torch.export), an "
-                                            "RWKV .pth, a saved tree ensemble .npz (or set it in --recipe)")
+                                            "RWKV .pth, a saved tree ensemble .npz, a netx network .net/.h5 (or set it in --recipe)")
     p.add_argument("--target", help="target name (see `edgesmith targets`)")
     _add_deploy_flags(p)
     p.set_defaults(func=cmd_deploy)

@@ -29,10 +29,10 @@ from edgesmith.bench.report import write_report
 from edgesmith.bench.sources.base import UserRequest, resolve_model
 from edgesmith.common import EdgesmithError, atomic_path, check_output
 from edgesmith.compress import Artifact, PassContext, run_passes
-from edgesmith.compress.base import n_samples
+from edgesmith.compress.base import IN_MEMORY_FORMATS, n_samples
 from edgesmith.compress.calibration_select import check_selector, select_calibration
 from edgesmith.hardware import PlanOptions, Workload, get_target
-from edgesmith.hardware.workload import workload_from_activity, workload_from_module, workload_from_onnx
+from edgesmith.hardware.workload import scale_activity, workload_from_activity, workload_from_module, workload_from_onnx
 from edgesmith.models.kinds import get_kind
 from edgesmith.runtimes import REFERENCE_RUNTIMES, RunResult, get_runtime
 from edgesmith.runtimes.stateful import recurrent_spec, run_sequence, timing_feed
@@ -139,10 +139,10 @@ def source_artifact(producer) -> Artifact:
     if getattr(producer, "recurrent", None):
         meta["recurrent"] = producer.recurrent
         meta["input_shape"] = None
-    if producer.native_format == "onnx":
-        if len(meta.get("inputs", [])) > 1:
-            meta["input_shape"] = None
-        return Artifact("onnx", path=producer.path, meta=meta)
+    if producer.native_format == "onnx" and len(meta.get("inputs", [])) > 1:
+        meta["input_shape"] = None
+    if producer.native_format not in IN_MEMORY_FORMATS:  # a file: a user's ONNX model, a netx network
+        return Artifact(producer.native_format, path=producer.path, meta=meta)
     return Artifact(producer.native_format, module=producer.module, meta=meta)
 
 
@@ -403,8 +403,8 @@ class _VariantRun:
         n_eval = ev.n_samples
         activity = None
         if "synops" in eval_stats:  # activity counts of a neuromorphic run: per-sample averages over the evaluation
-            activity = {k: eval_stats[k] / n_eval for k in ACTIVITY_KEYS}
-            row["activity"] = activity
+            activity = scale_activity(eval_stats, n_eval)
+            row["activity"] = {k: activity[k] for k in ACTIVITY_KEYS}
             row["activity_totals"] = {k: eval_stats[k] for k in ACTIVITY_KEYS}
             row["activity_source"] = f"counted from the {rt_name} run over {n_eval} evaluation samples"
         work = _workload(art, producer, self.kind, activity)
@@ -457,7 +457,14 @@ def _merge_calls(calls: list) -> tuple:
     for k in ACTIVITY_KEYS:
         if all(k in s for s in stats):
             merged[k] = sum(s[k] for s in stats)
+    layers = [s.get("per_layer") for s in stats]
+    if all(layers) and len({len(p) for p in layers}) == 1:  # per-layer counts summed over the calls too
+        merged["per_layer"] = [{**per[0], **{k: sum(p[k] for p in per) for k in LAYER_COUNTS if k in per[0]}}
+                               for per in zip(*layers)]
     return inputs, np.concatenate(outs), merged
+
+
+LAYER_COUNTS = ("synops", "neuron_updates", "messages", "in_messages")
 
 
 def _run_chunked(rt, x: np.ndarray, chunk: int):

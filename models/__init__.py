@@ -28,6 +28,7 @@ PRODUCER_MODULES = (
     "edgesmith.models.founder.producer",  # founder
     "edgesmith.models.skew.producer",  # skew-spectrum
     "edgesmith.models.medtok.producer",  # medtok
+    "edgesmith.models.lavadl.producer",  # lavadl-digits (trained by lava-dl in the Lava env)
 )
 
 __all__ = ["Evaluation", "Metric", "Producer", "EdgesmithError", "get_producer", "producer_names", "register_producer"]

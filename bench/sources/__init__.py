@@ -11,4 +11,5 @@ SOURCE_MODULES = (
     "edgesmith.bench.sources.rwkv_checkpoint",  # rwkv-checkpoint: official RWKV-6/7 .pth
     "edgesmith.bench.sources.edgesmith_rwkv",  # edgesmith-rwkv-quantized: a quantized RWKV .pth edgesmith wrote
     "edgesmith.bench.sources.tree_ensemble",  # tree-ensemble: a saved GBRL ensemble (.npz)
+    "edgesmith.bench.sources.netx_file",  # netx: a netx HDF5 Sigma-Delta network (.net / .h5)
 )

@@ -23,9 +23,20 @@ def with_user_data(producer, request: UserRequest):
     specs = [TensorSpec("input", dtype, tuple(producer.input_shape))]
     cal = load_tensors(request.calibration_data, specs, "calibration data") if request.calibration_data else None
     ev = load_tensors(request.eval_data, specs, "evaluation data", request.labels) if request.eval_data else None
-    module = producer.module
+    module = getattr(producer, "module", None)
+    path = getattr(producer, "path", None)
+    file_reference = None
+    if module is None:  # a model that is a file (a netx network): its format's reference runtime reads it
+        from edgesmith.compress import Artifact
+        from edgesmith.runtimes import REFERENCE_RUNTIMES, get_runtime
+
+        rt = get_runtime(REFERENCE_RUNTIMES[producer.native_format], threads=1)
+        rt.load(Artifact(producer.native_format, path=path, meta={"input_shape": list(producer.input_shape)}))
+        file_reference = rt
 
     def reference(x):
+        if file_reference is not None:
+            return file_reference.run(np.asarray(x)).outputs
         if producer.native_format != "torch":
             return module.predict(x)
         with torch.inference_mode():
@@ -33,6 +44,6 @@ def with_user_data(producer, request: UserRequest):
         return (out[0] if isinstance(out, (tuple, list)) else out).numpy()
 
     return UserModel(label=producer.name, kind=producer.kind, native_format=producer.native_format, module=module,
-                     inputs=specs, calibration=cal if cal is not None else None, evaluation=ev, metric=request.metric,
-                     reference=reference, notes=(f"{producer.name} with the user's data",), seed=request.seed,
+                     path=path, inputs=specs, calibration=cal if cal is not None else None, evaluation=ev, metric=request.metric,
+                     reference=reference, notes=(f"{producer.name} with the user's data", *producer.report_notes()), seed=request.seed,
                      frame_seconds=getattr(producer, "frame_seconds", None))
