@@ -8,11 +8,14 @@ import numpy as np
 from edgesmith.bench.sources.base import UserRequest
 
 
+CALIBRATION_SAMPLES = 512  # the most any kind asks for; a deploy takes the first n_calibration of them
+
+
 def with_user_data(producer, request: UserRequest):
     import torch
 
     from edgesmith.models.user import UserModel
-    from edgesmith.models.user_data import TensorSpec, load_tensors
+    from edgesmith.models.user_data import TensorData, TensorSpec, load_tensors
 
     producer.build()
     if producer.kind == "token-lm":
@@ -21,7 +24,11 @@ def with_user_data(producer, request: UserRequest):
         return rwkv_user_model(producer.module, producer.name, request, [f"{producer.name} with the user's text"])
     dtype = np.asarray(producer.example_inputs(1)).dtype.name
     specs = [TensorSpec("input", dtype, tuple(producer.input_shape))]
-    cal = load_tensors(request.calibration_data, specs, "calibration data") if request.calibration_data else None
+    if request.calibration_data:
+        cal = load_tensors(request.calibration_data, specs, "calibration data")
+    else:  # the user's evaluation data, but the producer's own calibration set (what its passes were tuned on)
+        own = producer.calibration_data(CALIBRATION_SAMPLES)
+        cal = None if own is None else TensorData({"input": np.asarray(own)})
     ev = load_tensors(request.eval_data, specs, "evaluation data", request.labels) if request.eval_data else None
     module = getattr(producer, "module", None)
     path = getattr(producer, "path", None)
