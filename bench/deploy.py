@@ -139,6 +139,7 @@ def source_artifact(producer) -> Artifact:
     if getattr(producer, "recurrent", None):
         meta["recurrent"] = producer.recurrent
         meta["input_shape"] = None
+    meta.update(getattr(producer, "artifact_meta", None) or {})  # a source's own settings (a NIR graph's dt, steps)
     if producer.native_format == "onnx" and len(meta.get("inputs", [])) > 1:
         meta["input_shape"] = None
     if producer.native_format not in IN_MEMORY_FORMATS:  # a file: a user's ONNX model, a netx network

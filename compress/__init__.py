@@ -30,6 +30,7 @@ PASS_MODULES = (
     "edgesmith.compress.lrnn.train_passes",  # prune-lrnn, qat-lrnn
     "edgesmith.compress.export_step",  # export-step-onnx
     "edgesmith.compress.onnx_mlp",  # import-onnx-mlp
+    "edgesmith.compress.import_nir",  # import-nir
 )
 
 __all__ = [

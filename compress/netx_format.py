@@ -69,10 +69,16 @@ class NetxLayer:
     bias: np.ndarray  # (out,) int64 mantissa (file value); Lava uses bias << 12
     vth: int  # mantissa; Lava uses vth << 12
     sigma_output: bool  # a Sigma accumulator (lava-dl Output block) instead of a Sigma-Delta neuron
+    # CUBA (Lava LIF) neurons instead: {"i_decay": iDecay, "v_decay": vDecay} (4096 = no memory, 0 = no decay)
+    cuba: dict | None = None
 
     @property
     def n_out(self) -> int:
         return int(self.weight.shape[0])
+
+    @property
+    def neuron(self) -> str:
+        return "CUBA" if self.cuba else "Sigma" if self.sigma_output else "SigmaDelta"
 
 
 @dataclass
@@ -91,6 +97,18 @@ class NetxNet:
     units: str = "edgesmith"  # where the float scales come from: the file's edgesmith group, or lava-dl's units
     path: str = ""
     notes: list[str] = field(default_factory=list)
+    # CUBA networks (edgesmith's NIR import): each sample is a window of steps + 1 steps, the state reset at its
+    # start (netx reset_interval); inputs go straight to the first dense layer; readout "spikes" (counts over the
+    # window) or "voltage" (the last layer's v at the last input step)
+    readout: str = ""
+
+    @property
+    def cuba(self) -> bool:
+        return bool(self.layers[0].cuba)
+
+    @property
+    def window(self) -> int:
+        return self.steps_per_sample + 1
 
     @property
     def n_layers(self) -> int:
@@ -102,7 +120,10 @@ class NetxNet:
 
     @property
     def input_limit(self) -> int:
-        """Largest |x_int| whose ``x << 12`` stays inside a 24-bit neuron state."""
+        """Largest |x_int|: one whose ``x << 12`` stays inside a 24-bit neuron state (Sigma-Delta), or a 16-bit
+        graded message (CUBA networks get the integers directly)."""
+        if self.cuba:
+            return 2 ** (MESSAGE_BITS - 1) - 1
         return 2 ** (STATE_BITS - 1) // SCALE - 1
 
     @classmethod
@@ -110,8 +131,7 @@ class NetxNet:
         return read_netx(path)
 
     def describe(self) -> dict:
-        return {"layers": [{"name": lyr.name, "shape": list(lyr.weight.shape), "neuron": "Sigma" if lyr.sigma_output
-                            else "SigmaDelta", "weight_exp": lyr.weight_exp, "num_weight_bits": lyr.num_weight_bits,
+        return {"layers": [{"name": lyr.name, "shape": list(lyr.weight.shape), "neuron": lyr.neuron, "weight_exp": lyr.weight_exp, "num_weight_bits": lyr.num_weight_bits,
                             "vth": lyr.vth} for lyr in self.layers],
                 "input_vth": self.input_vth, "steps_per_sample": self.steps_per_sample}
 
@@ -158,11 +178,16 @@ def read_netx(path: str | Path) -> NetxNet:
             if "delay" in g:
                 raise _bad(path, f"layer {i} has synaptic delays, which this toolkit does not model.",
                            "export the network without learnable delays.")
+        ntypes = {str(_scalar(g["neuron"], "type", "?")) for g in groups if "neuron" in g}
+        if ntypes == {"CUBA"} and types[0] == "input" and "neuron" not in groups[0] and META_GROUP in f:
+            return _build_cuba(path, f, groups, types)
+        for i, g in enumerate(groups):
             if "neuron" in g:
                 ntype = str(_scalar(g["neuron"], "type", "?"))
                 if ntype != "SDNN":
                     raise _bad(path, f"layer {i} ({types[i]}) has {ntype} neurons; this toolkit runs Sigma-Delta "
-                               "(SDNN) networks.", "export the network with slayer.block.sigma_delta blocks.")
+                               "(SDNN) networks, and CUBA networks written by its NIR import.",
+                               "export the network with slayer.block.sigma_delta blocks.")
         return _build(path, f, groups, types)
 
 
@@ -246,6 +271,141 @@ def _build(path: Path, f, groups, types) -> NetxNet:
     return NetxNet(layers=layers, n_inputs=int(n_in), input_vth=input_vth, input_weight=tw, input_bias=tb,
                    output_scale=out_scale, output_bias=out_bias, steps_per_sample=steps, has_input_layer=has_input,
                    units="edgesmith" if meta is not None else "lava-dl", path=str(path), notes=notes)
+
+
+CUBA_BIAS_LIMIT = 4095  # Lava LIF bias_mant: 13-bit signed
+CUBA_VTH_LIMIT = 2 ** 17 - 1  # Lava LIF vth: 17-bit unsigned
+LIF_SHIFT = 6  # Lava LIF: activation, bias (netx bias_exp) and vth are shifted left by 6
+
+
+def _dense_weights(path, i: int, g) -> np.ndarray:
+    w = np.asarray(g["weight"][()])
+    w = w.reshape(w.shape[0], -1)
+    if not np.all(np.isfinite(w)) or np.any(w != np.round(w)):
+        raise _bad(path, f"layer {i} has non-integer weights.", "export fixed-point (integer) weights.")
+    w = w.astype(np.int64)
+    if w.min(initial=0) < -256 or w.max(initial=0) > 255 or not np.any(w):
+        raise _bad(path, f"layer {i} has weights in [{w.min()}, {w.max()}]; netx needs 8-bit, not all-zero weights.",
+                   "re-export with 8-bit weights.")
+    return w
+
+
+def _build_cuba(path: Path, f, groups, types) -> NetxNet:
+    """A CUBA (Lava LIF) network written by edgesmith's NIR import: direct graded inputs, reset windows."""
+    meta = f[META_GROUP]
+    layers = []
+    n_in = int(np.prod(np.asarray(groups[0]["shape"][()]).reshape(-1)))
+    for i, g in enumerate(groups[1:], start=1):
+        if types[i] != "dense":
+            raise _bad(path, f"layer {i} ({types[i]}) is not dense; CUBA networks here are dense chains.",
+                       "re-import the NIR graph.")
+        w = _dense_weights(path, i, g)
+        expect = layers[-1].n_out if layers else n_in
+        if w.shape[1] != expect:
+            raise _bad(path, f"layer {i} takes {w.shape[1]} inputs but the layer before has {expect} outputs.",
+                       "re-import the NIR graph.")
+        nrn = g["neuron"]
+        i_decay, v_decay, vth = (int(_scalar(nrn, k)) for k in ("iDecay", "vDecay", "vThMant"))
+        if not (1 <= i_decay <= 4096 and 0 <= v_decay <= 4096 and 0 <= vth <= CUBA_VTH_LIMIT):
+            raise _bad(path, f"layer {i}: iDecay {i_decay}, vDecay {v_decay}, vThMant {vth} are outside Lava LIF's "
+                       "ranges (1..4096, 0..4096, 0..131071).", "re-import the NIR graph.")
+        bias = np.asarray(g["bias"][()]).reshape(-1).astype(np.int64) if "bias" in g else np.zeros(len(w), np.int64)
+        if np.any(np.abs(bias) > CUBA_BIAS_LIMIT):
+            raise _bad(path, f"layer {i}: biases exceed Lava LIF's 13-bit bias mantissa.", "re-import the NIR graph.")
+        lava_w, wexp, nbits = netx_weights(w)
+        layers.append(NetxLayer(name=f"layer{i}", weight=w, lava_weight=lava_w, weight_exp=wexp, num_weight_bits=nbits,
+                                bias=bias, vth=vth, sigma_output=False, cuba={"i_decay": i_decay, "v_decay": v_decay}))
+    names = [str(s.decode() if isinstance(s, bytes) else s) for s in meta["layer_names"][()]] \
+        if "layer_names" in meta else []
+    for lyr, nm in zip(layers, names if len(names) == len(layers) else []):
+        lyr.name = nm
+    out_bias = np.asarray(meta["output_bias"][()], np.float64) if "output_bias" in meta else np.zeros(layers[-1].n_out)
+    return NetxNet(layers=layers, n_inputs=n_in, input_vth=0, input_weight=1.0 / float(_scalar(meta, "input_scale")),
+                   input_bias=0.0, output_scale=float(_scalar(meta, "output_scale")), output_bias=out_bias,
+                   steps_per_sample=int(_scalar(meta, "timesteps_per_sample")), has_input_layer=False,
+                   units="edgesmith", path=str(path), readout=str(_scalar(meta, "readout", "spikes")))
+
+
+def _decay(x: np.ndarray, d: int) -> np.ndarray:
+    """Lava's ``sign(x * (4096 - d)) * (|x * (4096 - d)| >> 12)``."""
+    prod = x * (4096 - d)
+    return np.sign(prod) * (np.abs(prod) >> 12)
+
+
+def cuba_inputs(net: NetxNet, x_int: np.ndarray) -> np.ndarray:
+    """(n_in, N * window + layers) messages: each sample's integers for its ``steps`` input steps, then zeros
+    (the step in which the next window's reset happens, and at the end the steps the layers' delays need)."""
+    x_int = np.asarray(x_int, np.int64)
+    n, w, steps = len(x_int), net.window, net.steps_per_sample
+    out = np.zeros((net.n_inputs, n * w + net.n_layers), np.int64)
+    for i in range(n):
+        out[:, i * w: i * w + steps] = x_int[i][:, None]
+    return out
+
+
+def _simulate_cuba(net: NetxNet, x_int: np.ndarray) -> "SimResult":
+    in_msg = cuba_inputs(net, x_int)
+    total, w = in_msg.shape[1], net.window
+    shapes = [lyr.n_out for lyr in net.layers]
+    u = [np.zeros(k, np.int64) for k in shapes]
+    v = [np.zeros(k, np.int64) for k in shapes]
+    a_buff = [np.zeros(k, np.int64) for k in shapes]
+    msgs = [np.zeros((k, total), np.int64) for k in shapes]
+    last_v = np.zeros((shapes[-1], total), np.int64)
+    lim = 2 ** (STATE_BITS - 1)
+    peak = {"activation": 0, "u_wraps": 0, "v_clips": 0}
+    for t in range(total):
+        s_prev = in_msg[:, t]
+        for k, lyr in enumerate(net.layers):
+            a_in = a_buff[k]
+            acc = lyr.lava_weight @ s_prev
+            e = lyr.weight_exp
+            a_buff[k] = acc << e if e > 0 else acc >> -e
+            if (t + 1) % w == (1 + k) % w:  # netx's LIFReset: layer k resets at time_step % window == 1 + k
+                u[k][:] = 0
+                v[k][:] = 0
+            peak["activation"] = max(peak["activation"], int(np.abs(a_in).max(initial=0)))
+            cu = _decay(u[k], lyr.cuba["i_decay"]) + (a_in << LIF_SHIFT)
+            wrapped = np.where(cu > lim, cu - 2 * lim, cu)
+            wrapped = np.where(wrapped <= -lim, cu + 2 * lim, wrapped)
+            peak["u_wraps"] += int(np.count_nonzero(wrapped != cu))
+            u[k] = wrapped
+            nv = _decay(v[k], lyr.cuba["v_decay"]) + u[k] + (lyr.bias << LIF_SHIFT)
+            clipped = np.clip(nv, -lim + 1, lim - 1)
+            peak["v_clips"] += int(np.count_nonzero(clipped != nv))
+            spike = clipped > (lyr.vth << LIF_SHIFT)
+            v[k] = np.where(spike, 0, clipped)
+            msgs[k][:, t] = spike
+            s_prev = spike.astype(np.int64)
+        last_v[:, t] = v[-1]
+    stats = activity_counts(net, in_msg, msgs)
+    stats["overflow"] = {"activation_16bit": peak["activation"] >= 2 ** 15, "current_24bit_wrap": peak["u_wraps"] > 0,
+                         "voltage_24bit_clip": peak["v_clips"] > 0}
+    return SimResult(cuba_outputs(net, msgs[-1], last_v), msgs, in_msg, stats)
+
+
+def cuba_outputs(net: NetxNet, out_messages: np.ndarray, last_v: np.ndarray | None = None) -> np.ndarray:
+    """(N, n_out) per window: the last layer's spike count over its window, or its v at the last input step.
+
+    Layer L-1 handles the step of input column c at time step c + L (one step of delay per dense layer);
+    sample i's window is input columns i*w - 1 (reset, zero input) .. i*w + steps - 1."""
+    big_l, w, steps = net.n_layers, net.window, net.steps_per_sample
+    n = (out_messages.shape[1] - big_l) // w
+    if net.readout == "voltage":
+        if last_v is None:
+            raise ValueError("a voltage readout needs the last layer's v")
+        return np.stack([last_v[:, i * w + steps - 1 + big_l] for i in range(n)]).astype(np.int64)
+    return np.stack([out_messages[:, max(i * w - 1 + big_l, 0): i * w + steps + big_l].sum(axis=1)
+                     for i in range(n)]).astype(np.int64)
+
+
+def lava_inputs(net: NetxNet, x_int: np.ndarray) -> np.ndarray:
+    """What the host sends into the first dense layer: Delta-encoded (Sigma-Delta) or direct (CUBA)."""
+    return cuba_inputs(net, x_int) if net.cuba else encode(net, x_int)
+
+
+def lava_outputs(net: NetxNet, messages: list, last_v: np.ndarray | None = None) -> np.ndarray:
+    return cuba_outputs(net, messages[-1], last_v) if net.cuba else window_outputs(net, messages[-1])
 
 
 def netx_weights(w: np.ndarray) -> tuple[np.ndarray, int, int]:
@@ -341,7 +501,7 @@ def activity_counts(net: NetxNet, in_messages: np.ndarray, layer_messages: list[
         fan_out = np.count_nonzero(lyr.lava_weight, axis=0)
         nz = prev != 0
         per_layer.append({
-            "name": lyr.name, "neuron": "Sigma" if lyr.sigma_output else "SigmaDelta",
+            "name": lyr.name, "neuron": lyr.neuron,
             "neurons": int(lyr.n_out), "synapses": int(fan_out.sum()), "dense_synapses": int(lyr.lava_weight.size),
             "in_messages": int(nz.sum()),
             "synops": int(fan_out @ nz.sum(axis=1)), "neuron_updates": int(lyr.n_out * steps),
@@ -349,6 +509,8 @@ def activity_counts(net: NetxNet, in_messages: np.ndarray, layer_messages: list[
         })
         prev = msg
     input_messages = int(np.count_nonzero(in_messages))
+    if net.cuba:  # the last n_layers steps only drain the layers' delays: a window per sample is the time it takes
+        steps -= net.n_layers
     return {"synops": sum(p["synops"] for p in per_layer),
             "neuron_updates": sum(p["neuron_updates"] for p in per_layer),
             "messages": input_messages + sum(p["messages"] for p in per_layer),
@@ -365,6 +527,8 @@ class SimResult:
 
 def simulate(net: NetxNet, x_int: np.ndarray) -> SimResult:
     """Run integer inputs (N, n_in) through the network exactly as Lava's fixed-point models do."""
+    if net.cuba:
+        return _simulate_cuba(net, x_int)
     in_msg = encode(net, x_int)
     steps = in_msg.shape[1]
     shapes = [lyr.n_out for lyr in net.layers]

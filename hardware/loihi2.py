@@ -184,7 +184,7 @@ class Loihi2(Target):
     export_format = "netx"
     latency_provenance = "estimated"
     kinds = ("tensor", "stream")
-    source_formats = ("torch", "onnx", "netx")
+    source_formats = ("torch", "onnx", "netx", "nir")
     refused_kinds = {
         "token-lm": "its recurrent state update multiplies activations by activations (RWKV's time mix) and its "
                     "output is a softmax over the vocabulary; neither maps to sigma-delta neurons here",
@@ -207,6 +207,13 @@ class Loihi2(Target):
     def plan_tensor(self, producer, options: PlanOptions, kopts) -> Plan:
         from edgesmith.compress.export_netx import ExportNetxConfig
 
+        if producer.native_format == "nir":  # a NIR graph of LIF-family neurons: fixed-point Lava LIF layers
+            from edgesmith.compress.import_nir import ImportNirConfig
+
+            variants = [Variant("lif-fixed", [ImportNirConfig()], ["lava"], "NIR graph -> netx network of Lava LIF "
+                                "(CUBA) neurons, 8-bit weights, run in Lava (Loihi2SimCfg fixed_pt)")]
+            return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance,
+                        [ACTIVITY_NOTE])
         if producer.native_format == "netx":  # already a Lava network (lava-dl's netx export, or ours)
             variants = [Variant("netx", [], ["lava"], "the netx file as given, loaded by lava-dl's netx in Lava "
                                 "(Loihi2SimCfg fixed_pt)")]

@@ -11,6 +11,7 @@ RUNTIME_MODULES = {
     "tvm": "edgesmith.runtimes.tvm_rt",
     "lava": "edgesmith.runtimes.lava_rt",
     "netx-ref": "edgesmith.runtimes.netx_ref_rt",
+    "nir-float": "edgesmith.runtimes.nir_float_rt",
     "c": "edgesmith.runtimes.c_rt",
     "trees": "edgesmith.runtimes.trees_rt",
     "lrnn-ref": "edgesmith.runtimes.lrnn_ref",
@@ -18,7 +19,8 @@ RUNTIME_MODULES = {
 }
 
 # the runtime that runs a model in its native format: the reference every variant is compared with
-REFERENCE_RUNTIMES = {"torch": "torch", "trees": "trees", "onnx": "onnxruntime", "c": "c", "netx": "netx-ref"}
+REFERENCE_RUNTIMES = {"torch": "torch", "trees": "trees", "onnx": "onnxruntime", "c": "c", "netx": "netx-ref",
+                      "nir": "nir-float"}
 
 
 def runtime_for(artifact) -> str:

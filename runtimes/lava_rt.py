@@ -80,10 +80,12 @@ class LavaRuntime(Runtime):
             problem, _, fix = why.partition(" Fix: ")
             raise EdgesmithError(problem, fix or None)
         net = self.net_
-        in_msg = netx_ref.encode(net, netx_ref.quantize_inputs(net, x))
+        in_msg = netx_ref.lava_inputs(net, netx_ref.quantize_inputs(net, x))
         sparse = self._sparse()
         out, worker_s = run_worker(WORKER, {"net_path": np.array(self.path_), "in_messages": in_msg.astype(np.int32),
-                                            "sparse": np.array(sparse)},
+                                            "sparse": np.array(sparse),
+                                            "reset_interval": np.array(net.window if net.cuba else 0),
+                                            "probe_v": np.array(net.readout == "voltage")},
                                    timeout_s=float(self.options.get("timeout_s", 600)), what=f"{len(x)} samples",
                                    too_long_fix="run fewer samples at a time or raise the runtime's timeout_s.")
         messages = [out[f"layer_messages_{i}"] for i in range(net.n_layers)]
@@ -96,5 +98,6 @@ class LavaRuntime(Runtime):
                      sparse_synapses=sparse, lava_layers=worker["layers"], sim_wall_s=worker["sim_wall_s"],
                      build_wall_s=worker["build_wall_s"], steps_per_s=worker["steps_per_s"],
                      reference_weights_match=bool(same), threads="n/a (Lava simulator)")
-        out_int = netx_ref.window_outputs(net, messages[-1])
+        last_v = np.asarray(worker["last_v"], np.int64) if worker.get("last_v") is not None else None
+        out_int = netx_ref.lava_outputs(net, messages, last_v)
         return {"output": netx_ref.descale(net, out_int).astype(np.float32), "output_int": out_int}, stats

@@ -5,7 +5,8 @@
 A standalone script for the Python 3.10 Lava env: it imports only numpy and lava / lava-dl (never the
 edgesmith packages, which need Python 3.11). IN.npz holds ``net_path`` (the .net file),
 ``in_messages`` (n_in, T) int32 (the host-side Delta encoder's graded spikes, computed by
-compress/netx_format.py) and ``sparse`` (load dense layers as Sparse synapses).
+compress/netx_format.py) and ``sparse`` (load dense layers as Sparse synapses); for CUBA networks also
+``reset_interval`` (netx's LIFReset window) and ``probe_v`` (record the last layer's voltage).
 
 The network is ``lava.lib.dl.netx.hdf5.Network(net_path, skip_layers=1)``: netx's Input block has no
 input port, so the encoder's messages go straight into the first dense layer. A source RingBuffer
@@ -28,7 +29,8 @@ import time
 import numpy as np
 
 
-def run(net_path: str, in_messages: np.ndarray, sparse: bool) -> tuple[list, list, dict]:
+def run(net_path: str, in_messages: np.ndarray, sparse: bool, reset_interval: int = 0,
+        probe_v: bool = False) -> tuple[list, list, dict]:
     from lava.lib.dl import netx
     from lava.magma.core.run_conditions import RunSteps
     from lava.magma.core.run_configs import Loihi2SimCfg
@@ -36,8 +38,16 @@ def run(net_path: str, in_messages: np.ndarray, sparse: bool) -> tuple[list, lis
     from lava.proc.io.source import RingBuffer as Source
 
     t0 = time.perf_counter()
-    net = netx.hdf5.Network(net_config=net_path, skip_layers=1, sparse_fc_layer=sparse)
+    # graded input messages (16 bits) go straight into the first dense layer; CUBA networks reset every window
+    net = netx.hdf5.Network(net_config=net_path, skip_layers=1, sparse_fc_layer=sparse, input_message_bits=16,
+                            reset_interval=reset_interval or None)
     total = in_messages.shape[1]
+    monitor = None
+    if probe_v:  # a non-spiking readout: its membrane voltage is the output
+        from lava.proc.monitor.process import Monitor
+
+        monitor = Monitor()
+        monitor.probe(net.layers[-1].neuron.v, total)
     source = Source(data=in_messages.astype(np.int32))
     source.s_out.connect(net.inp)
     sinks = []
@@ -52,6 +62,11 @@ def run(net_path: str, in_messages: np.ndarray, sparse: bool) -> tuple[list, lis
                    run_cfg=Loihi2SimCfg(select_tag="fixed_pt", select_sub_proc_model=True))
         sim_s = time.perf_counter() - t1
         messages = [np.rint(s.data.get()).astype(np.int64) for s in sinks]
+        last_v = None
+        if monitor is not None:
+            data = monitor.get_data()
+            (per_proc,) = data.values()
+            last_v = np.asarray(per_proc["v"], np.int64).reshape(total, -1).T
         weights = [np.asarray(layer.synapse.weights.get().todense() if sparse else layer.synapse.weights.get(),
                               np.int64) for layer in net.layers]
     finally:
@@ -64,6 +79,7 @@ def run(net_path: str, in_messages: np.ndarray, sparse: bool) -> tuple[list, lis
                    for layer in net.layers],
         "sim_wall_s": sim_s, "build_wall_s": build_s, "steps_per_s": total / sim_s if sim_s > 0 else None,
     }
+    stats["last_v"] = last_v.tolist() if last_v is not None else None
     return messages, weights, stats
 
 
@@ -89,7 +105,9 @@ def main(argv: list) -> int:
     try:
         with np.load(argv[1], allow_pickle=False) as z:
             net_path, in_messages, sparse = str(z["net_path"]), z["in_messages"], bool(z["sparse"])
-        messages, weights, stats = run(net_path, in_messages, sparse)
+            reset = int(z["reset_interval"]) if "reset_interval" in z else 0
+            probe_v = bool(z["probe_v"]) if "probe_v" in z else False
+        messages, weights, stats = run(net_path, in_messages, sparse, reset, probe_v)
         save(argv[2], messages, weights, stats)
     except Exception as e:  # reported to the parent process as the last stderr line
         import traceback

@@ -82,7 +82,19 @@ def foreign(digits, trees_artifact, tmp_path_factory):
     torch_art = source_artifact(digits)
     onnx_art, _ = run_passes(torch_art, [config_from_dict({"kind": "export-onnx"})],
                              PassContext(workdir=tmp_path_factory.mktemp("foreign"), example_input=digits.example_inputs(1)))
-    return {"torch": torch_art, "onnx": onnx_art, "trees": trees_artifact[0]}
+    return {"torch": torch_art, "onnx": onnx_art, "trees": trees_artifact[0],
+            "nir": _nir_graph(tmp_path_factory.mktemp("foreign_nir"))[0]}
+
+
+def _nir_graph(tmp_path):
+    """A NIR graph (Affine -> LIF -> Linear -> LI) taking the digits' 64 features, written with ``nir``."""
+    import nir
+    from nir_graphs import chain_graph
+
+    path = tmp_path / "graph.nir"
+    nir.write(str(path), chain_graph("LI", n_in=64))
+    return Artifact("nir", path=path, meta={"input_shape": [64], "nir": {"dt": 1e-4, "steps": 8}}), \
+        np.random.default_rng(0).uniform(0, 1, (3, 64)).astype(np.float32)
 
 
 @pytest.mark.parametrize("kind", pass_kinds())
@@ -135,6 +147,7 @@ FIXTURES = {
     "sigma-delta": lambda tmp, d, f, t: _sigma_delta(tmp, d),
     "lrnn-fixed": lambda tmp, d, f, t: _lrnn_fixed(tmp),
     "trees": lambda tmp, d, f, t: t,
+    "nir-graph": lambda tmp, d, f, t: _nir_graph(tmp),
     "tree-c": lambda tmp, d, f, t: (run_passes(t[0], [config_from_dict({"kind": "export-tree-c"})],
                                                PassContext(workdir=tmp))[0], t[1]),
 }

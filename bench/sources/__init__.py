@@ -12,4 +12,5 @@ SOURCE_MODULES = (
     "edgesmith.bench.sources.edgesmith_rwkv",  # edgesmith-rwkv-quantized: a quantized RWKV .pth edgesmith wrote
     "edgesmith.bench.sources.tree_ensemble",  # tree-ensemble: a saved GBRL ensemble (.npz)
     "edgesmith.bench.sources.netx_file",  # netx: a netx HDF5 Sigma-Delta network (.net / .h5)
+    "edgesmith.bench.sources.nir_file",  # nir: a NIR graph of LIF-family neurons (.nir)
 )
