@@ -31,6 +31,7 @@ PASS_MODULES = (
     "edgesmith.compress.export_step",  # export-step-onnx
     "edgesmith.compress.onnx_mlp",  # import-onnx-mlp
     "edgesmith.compress.import_nir",  # import-nir
+    "edgesmith.compress.export_nir",  # export-nir
 )
 
 __all__ = [

@@ -149,10 +149,14 @@ def run_plan(plan: LrnnPlan, log=print) -> tuple[dict, dict]:
     # --- estimated hardware figures, per 8 ms step ----------------------------------------------------
     frames = sum(s["timesteps"] for s in lava_stats)
     activity = {k: sum(s[k] for s in lava_stats) for k in ("synops", "neuron_updates", "messages", "timesteps")}
+    # per Lava process (encoder, each block's x / y / h, decoder), summed over the clips: placed on cores each
+    activity["per_layer"] = [{**per[0], **{k: sum(p[k] for p in per) for k in ("synops", "neuron_updates", "messages")}}
+                             for per in zip(*(s["per_layer"] for s in lava_stats))]
     loihi_est = get_target("loihi2").cost_model.estimate(workload_from_activity(activity, F.weight_bytes(net)))
     jetson_est = get_target("jetson-orin-nano").cost_model.estimate(jetson_workload(models["dense"]))
     loihi = {"energy_per_step_j": loihi_est.energy_j / frames, "latency_per_step_s": loihi_est.latency_s / frames,
-             "estimate": loihi_est.to_dict(), "activity_per_step": {k: v / frames for k, v in activity.items()}}
+             "estimate": loihi_est.to_dict(),
+             "activity_per_step": {k: activity[k] / frames for k in ("synops", "neuron_updates", "messages")}}
     jetson = {"energy_per_step_j": jetson_est.energy_j, "latency_per_step_s": jetson_est.latency_s,
               "estimate": jetson_est.to_dict()}
     hw = {"provenance": "estimated (cost models; no Loihi 2 or Jetson here)", "loihi2": loihi,
@@ -209,12 +213,22 @@ def markdown(r: dict) -> str:
               f"| Jetson Orin Nano (dense fp32, batch 1) | {hw['jetson_orin_nano_fp32']['energy_per_step_j'] * 1e6:.2f} uJ | "
               f"{hw['jetson_orin_nano_fp32']['latency_per_step_s'] * 1e6:.1f} us |", "",
               f"Ratio Jetson / Loihi 2: energy {hw['energy_ratio_jetson_over_loihi']:.1f}x, latency "
-              f"{hw['latency_ratio_jetson_over_loihi']:.1f}x (paper, measured on hardware: 149x energy, 42x latency).", "",
+              f"{hw['latency_ratio_jetson_over_loihi']:.1f}x (paper, measured on hardware: 149x energy, 42x latency; "
+              f"our estimate / paper: energy {hw['energy_ratio_jetson_over_loihi'] / PAPER['energy_ratio']:.1f}x, latency "
+              f"{hw['latency_ratio_jetson_over_loihi'] / PAPER['latency_ratio']:.2f}x).", "",
+              _placement_line(hw['loihi2']['estimate']['breakdown']), "",
               "Coefficients and sources:", ""]
     for plat in ("loihi2", "jetson_orin_nano_fp32"):
         for c in hw[plat]["estimate"]["coefficients"]:
             lines.append(f"- {plat}: {c['name']} = {c['value']:g} {c['unit']} ({c['source']})")
     return "\n".join(lines) + "\n"
+
+
+def _placement_line(bd: dict) -> str:
+    cores = ", ".join(f"{p['layer']} {p['cores']}" for p in bd["placement"])
+    return (f"Loihi 2 placement ({bd['placement_source']}): {bd['cores_used']} cores ({cores}); busiest core: "
+            f"{bd['busiest_core_layer']}; per step {bd['time_per_step_s'] * 1e6:.1f} us of which barrier sync "
+            f"{bd['barrier_s'] / bd['timesteps'] * 1e6:.2f} us.")
 
 
 def deploy_lrnn(out: Path, plan: LrnnPlan = LrnnPlan(), force: bool = False, sweep_from: Path | None = None,

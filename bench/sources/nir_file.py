@@ -3,7 +3,8 @@ LIF-family neurons, deployed to loihi2: ``import-nir`` turns it into a fixed-poi
 LIF neurons, which Lava runs and ``netx-ref`` checks bit for bit. The reference is the graph's own float
 semantics (forward Euler at ``dt``, ``compress/nir_graph.py``), so the report's fidelity and accuracy
 rows show what the fixed-point conversion costs. Options: ``dt`` (the exporting library's step, default
-1e-4 s as snnTorch), ``steps`` (time steps each sample is presented for, default 16).
+1e-4 s as snnTorch), ``steps`` (time steps each sample is presented for, default 16); a graph written by
+edgesmith's ``export-nir`` carries both in its metadata.
 """
 from __future__ import annotations
 
@@ -23,13 +24,16 @@ class NirFileSource(ModelSource):
 
     def load(self, spec: str, request: UserRequest):
         from edgesmith.compress.import_nir import DEFAULT_DT, DEFAULT_STEPS, ImportNirConfig
-        from edgesmith.compress.nir_graph import load_chain, simulate_float
+        from edgesmith.compress.nir_graph import read_graph, simulate_float, to_chain
         from edgesmith.models.user import UserModel
         from edgesmith.models.user_data import TensorSpec, load_tensors
 
-        cfg = ImportNirConfig(dt=float(request.take("dt", DEFAULT_DT)), steps=int(request.take("steps", DEFAULT_STEPS)))
+        graph = read_graph(spec)
+        written = (graph.metadata or {}).get("edgesmith", {})  # a graph edgesmith's export-nir wrote says its dt, steps
+        cfg = ImportNirConfig(dt=float(request.take("dt", written.get("dt", DEFAULT_DT))),
+                              steps=int(request.take("steps", written.get("steps", DEFAULT_STEPS))))
         request.check_all_used(self.name)
-        chain = load_chain(spec)  # refuses unsupported nodes by name before any data is read
+        chain = to_chain(graph, spec)  # refuses unsupported nodes by name before any data is read
         specs = [TensorSpec("input", "float32", (chain.n_inputs,))]
         cal = load_tensors(request.calibration_data, specs, "calibration data") if request.calibration_data else None
         ev = load_tensors(request.eval_data, specs, "evaluation data", request.labels) if request.eval_data else None

@@ -50,3 +50,19 @@ def test_nir_graph_round_trips_and_reproduces_the_ssm(model, tmp_path):
             uu = torch.from_numpy(u).float()[None]
             ref = blk.ssm(blk.norm(uu.transpose(1, 2)).transpose(1, 2))[0].double().numpy()
         np.testing.assert_allclose(E.nir_ssm_step(graph, l, u), ref, atol=2e-4)
+
+
+def test_the_whole_denoiser_read_back_from_nir_matches_the_model(model, tmp_path):
+    import nir
+
+    graph = nir.read(str(E.write_nir(model, tmp_path / "lrnn.nir")), type_check=False)
+    import json
+
+    between = json.loads(graph.metadata["edgesmith"]["between"])
+    assert [b["op"] for b in between][:2] == ["relu", "h + a * sigmoid(b)"]
+    assert {"enc", "dec", "s5_0_glu_a", "s5_0_y"} <= set(graph.nodes)
+    feats = np.abs(np.random.default_rng(2).standard_normal((40, 257)))
+    with torch.no_grad():
+        ref = model.eval()(torch.from_numpy(feats).float()[None])[0].double().numpy()
+    out = E.nir_denoiser_forward(graph, feats)
+    np.testing.assert_allclose(out, ref, atol=5e-4 * max(1.0, np.abs(ref).max()))
