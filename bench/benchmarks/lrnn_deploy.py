@@ -13,7 +13,8 @@ Stages (each model is cached under edgesmith.common.cache_dir() by its pass, so 
      Nano from the dense fp32 model (token-by-token, batch 1);
   6. speed of the Numba reference and of the Lava simulation in steps per second;
   7. the width x sparsity sweep (``bench/benchmarks/lrnn_sweep.py``): Pareto PNG, iso-accuracy ratios.
-Writes ``report.json``, ``report.md``, ``model.lrnn.npz``, ``sweep.json`` and ``pareto.png`` into ``out``
+Writes ``report.json``, ``report.md``, ``model.lrnn.npz``, ``model.nir`` (the float sparse model as one NIR
+graph, checked on a test clip after nir.read), ``sweep.json`` and ``pareto.png`` into ``out``
 atomically. Settings and timings on 2 cores: see LrnnPlan and the producer's docstring.
 """
 from __future__ import annotations
@@ -108,7 +109,26 @@ def jetson_workload(model) -> Workload:
                     source="dense fp32 S5 denoiser, one STFT frame (enc, per layer B/recurrence/C/W1/W2, dec)")
 
 
-def run_plan(plan: LrnnPlan, log=print) -> tuple[dict, dict]:
+def _nir_check(model, feat: np.ndarray) -> tuple[object, dict]:
+    """The float sparse model as one NIR graph, written, read back with nir.read and run on one test clip."""
+    import nir
+
+    from edgesmith.compress.lrnn.export import nir_denoiser_forward, to_nir
+
+    graph = to_nir(model)
+    with tempfile.TemporaryDirectory() as tmp:
+        nir.write(f"{tmp}/m.nir", graph)
+        back = nir.read(f"{tmp}/m.nir", type_check=False)
+    with torch.no_grad():
+        ref = model.eval()(torch.from_numpy(feat).float()[None])[0].double().numpy()
+    diff = float(np.abs(nir_denoiser_forward(back, feat.astype(np.float64)) - ref).max())
+    return graph, {"file": "model.nir", "nodes": len(graph.nodes), "edges": len(graph.edges),
+                   "read_back_max_abs_diff_vs_model": diff, "frames": int(len(feat)),
+                   "note": "ReLU, the GLU's product and sigmoid and the residual sums have no NIR node: they are named "
+                           "in the graph's metadata and applied by compress/lrnn/export.nir_denoiser_forward"}
+
+
+def run_plan(plan: LrnnPlan, log=print) -> tuple[dict, dict, object]:
     prod = get_producer("lrnn-denoiser", seed=plan.seed, tiny=plan.quick).build()
     splits = prod.splits()
     test = splits["test"]
@@ -182,7 +202,8 @@ def run_plan(plan: LrnnPlan, log=print) -> tuple[dict, dict]:
         "overflow_int32_accumulator": ref_stats["overflow_int32_accumulator"],
         "hardware": hw,
     }
-    return report, net
+    graph, report["nir"] = _nir_check(models["qat"], feat[0])
+    return report, net, graph
 
 
 def markdown(r: dict) -> str:
@@ -217,6 +238,9 @@ def markdown(r: dict) -> str:
               f"our estimate / paper: energy {hw['energy_ratio_jetson_over_loihi'] / PAPER['energy_ratio']:.1f}x, latency "
               f"{hw['latency_ratio_jetson_over_loihi'] / PAPER['latency_ratio']:.2f}x).", "",
               _placement_line(hw['loihi2']['estimate']['breakdown']), "",
+              f"NIR: `model.nir` holds the float sparse model as one graph ({r['nir']['nodes']} nodes, {r['nir']['edges']} "
+              f"edges); read back with nir.read it reproduces the model to {r['nir']['read_back_max_abs_diff_vs_model']:.2g} "
+              f"(max |difference| of the mask logits over {r['nir']['frames']} frames).", "",
               "Coefficients and sources:", ""]
     for plat in ("loihi2", "jetson_orin_nano_fp32"):
         for c in hw[plat]["estimate"]["coefficients"]:
@@ -241,7 +265,7 @@ def deploy_lrnn(out: Path, plan: LrnnPlan = LrnnPlan(), force: bool = False, swe
         raise EdgesmithError(f"{out} already exists.", "choose another --out folder or pass --force.")
     if sweep_from is not None and not (Path(sweep_from) / "sweep.json").exists():
         raise EdgesmithError(f"{sweep_from} holds no sweep.json.", "run bench.benchmarks.lrnn_sweep first or drop --sweep-from.")
-    report, net = run_plan(plan, log=log)
+    report, net, graph = run_plan(plan, log=log)
     with atomic_path(out, force=force) as tmp:
         tmp.mkdir(parents=True)
         sweep = None
@@ -261,6 +285,9 @@ def deploy_lrnn(out: Path, plan: LrnnPlan = LrnnPlan(), force: bool = False, swe
         write_json(tmp / "report.json", report)
         (tmp / "report.md").write_text(text)
         F.save_net(net, tmp / "model.lrnn.npz")
+        import nir
+
+        nir.write(str(tmp / "model.nir"), graph)
     return out
 
 

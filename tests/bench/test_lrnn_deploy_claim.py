@@ -20,5 +20,10 @@ def test_quick_claim_run_matches_lava_to_the_reference_and_refuses_to_overwrite(
     assert report["bit_exact"]["max_abs_difference"] == 0 and report["bit_exact"]["clips"] == 1
     assert 0.8 < report["sparsity"]["weights"] < 0.95
     assert "estimated" in json.dumps(report["hardware"])
+    # every Lava process placed on cores of its own, from the run's per-layer counts
+    bd = report["hardware"]["loihi2"]["estimate"]["breakdown"]
+    assert bd["placement_source"].startswith("per-layer") and bd["cores_used"] == len(bd["placement"]) >= 3
+    # the NIR graph of the whole float model, read back, reproduces it
+    assert (out / "model.nir").is_file() and report["nir"]["read_back_max_abs_diff_vs_model"] < 1e-3
     with pytest.raises(EdgesmithError, match="already exists"):
         deploy_lrnn(out, LrnnPlan(quick=True, sweep=False, lava_clips=1))
