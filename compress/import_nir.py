@@ -1,5 +1,8 @@
 """``import-nir``: a NIR graph of LIF-family neurons -> a fixed-point netx network of Lava LIF (CUBA) neurons.
 
+Convolutions and pooling arrive lowered to their (sparse) matrices by ``compress/nir_graph.py``, so
+they become dense netx layers whose zero synapses Lava does not store (``sparse`` synapses).
+
 The graph is read as a chain of layers (``compress/nir_graph.py``); each becomes one netx ``dense``
 layer whose CUBA neurons netx builds as Lava ``LIF`` processes (``LIFReset`` with the window as
 reset interval), so the Lava runtime, its bit-exact reference (``netx-ref``) and the Loihi 2 cost
@@ -259,7 +262,7 @@ def _import_nir(artifact: Artifact, config: ImportNirConfig, ctx: PassContext) -
     notes += [n for m in fixed.mapped for n in m.notes]
     if any(check["overflow"].values()):
         notes.append(f"fixed-point overflow on the calibration data: {check['overflow']}")
-    new = Artifact("netx", path=out, meta={**artifact.meta, "input_shape": [chain.n_inputs], "precision": "fixed",
+    new = Artifact("netx", path=out, meta={**artifact.meta, "input_shape": list(chain.input_shape), "precision": "fixed",
                                             "n_layers": len(chain.layers), "timesteps_per_sample": steps})
     report = PassReport(config.to_dict(), "nir", "netx", artifact.size_bytes(), new.size_bytes(), bits_per_weight=8.0,
                         layers=reports, notes=notes,

@@ -2,8 +2,11 @@
 
 A NIR file is a graph of continuous-time nodes written by snnTorch, Norse, Sinabs, Rockpool,
 SpikingJelly or the ``nir`` package itself. This module turns the graphs edgesmith can deploy into a
-chain of layers, each one synaptic transform (``Affine``/``Linear``, with ``Flatten`` nodes folded in
-and consecutive transforms composed) followed by one neuron node:
+chain of layers, each one synaptic transform followed by one neuron node. Transforms are ``Affine``,
+``Linear``, ``Conv1d``, ``Conv2d``, ``SumPool2d`` and ``AvgPool2d``: each is a linear map of the
+flattened (channel-major, as PyTorch and NIR flatten) input, so it is lowered to its matrix (a
+convolution's is sparse: Lava stores only its nonzero synapses), ``Flatten`` nodes only reshape, and
+consecutive transforms compose into one. Neuron nodes:
 
 * ``LIF``:  tau dv/dt = (v_leak - v) + r I, spike when v > v_threshold, then v = v_reset
 * ``CubaLIF``: tau_syn dI/dt = -I + w_in S, then the LIF equation driven by I
@@ -17,7 +20,7 @@ is the schedule the Lava network runs (``compress/import_nir.py``), so float and
 compared on the same terms. The output is the last layer's spike count over the window (spiking
 neurons) or its membrane potential at the last step (``LI``, ``I``).
 
-Anything else (convolutions, pooling, delays, recurrent edges, branches, ``v_reset`` other than 0) is
+Anything else (delays, thresholds, scales, recurrent edges, branches, ``v_reset`` other than 0) is
 refused by node name before any work.
 """
 from __future__ import annotations
@@ -31,7 +34,7 @@ from edgesmith.common import EdgesmithError
 
 NEURONS = ("LIF", "CubaLIF", "IF", "LI", "I")
 SPIKING = ("LIF", "CubaLIF", "IF")
-TRANSFORMS = ("Affine", "Linear")
+TRANSFORMS = ("Affine", "Linear", "Conv1d", "Conv2d", "SumPool2d", "AvgPool2d")
 PASSTHROUGH = ("Input", "Output", "Flatten")
 FIX = "deploy a feed-forward chain of Affine/Linear transforms and LIF, CubaLIF, IF, LI or I neurons."
 
@@ -60,6 +63,7 @@ class NirChain:
     layers: list[NirLayer]
     n_inputs: int
     path: str = ""
+    input_shape: tuple = ()  # the Input node's shape (e.g. channels, height, width); inputs are flattened from it
 
     @property
     def readout(self) -> str:
@@ -151,28 +155,29 @@ def to_chain(graph, path="graph") -> NirChain:
     missing = set(nodes) - seen
     if missing:
         raise _bad(path, f"has nodes off the input-output chain: {', '.join(sorted(missing))}.")
-    n_in = int(np.prod(np.asarray(nodes[inputs[0]].input_type["input"]).reshape(-1))) \
-        if getattr(nodes[inputs[0]], "input_type", None) else None
+    in_type = getattr(nodes[inputs[0]], "input_type", None) or {}
+    shape = tuple(int(d) for d in np.asarray(next(iter(in_type.values()))).reshape(-1)) if in_type else None
+    input_shape = shape
+    n_in = int(np.prod(shape)) if shape else None
     layers: list[NirLayer] = []
     w = b = None
     for name in order[1:-1]:
         node, kind = nodes[name], kinds[name]
         if kind == "Flatten":
-            continue  # chains here are vectors already; a Flatten only reshapes
+            shape = (int(np.prod(shape)),) if shape is not None else None  # the vectors are flat already
+            continue
         if kind in TRANSFORMS:
-            wn = np.asarray(node.weight, np.float64)
-            if wn.ndim != 2:
-                raise _bad(path, f"node {name!r} ({kind}) has a {wn.ndim}-D weight; expected (out, in).")
-            bn = np.asarray(node.bias, np.float64).reshape(-1) if kind == "Affine" else np.zeros(wn.shape[0])
-            if bn.size != wn.shape[0]:
-                raise _bad(path, f"node {name!r} has {bn.size} biases for {wn.shape[0]} outputs.")
+            if shape is None and kind in ("Affine", "Linear"):
+                shape = (int(np.asarray(node.weight).shape[-1]),)
+            if shape is None:
+                raise _bad(path, f"node {name!r} ({kind}): the Input node does not give the input's shape.",
+                           "write the Input node with its input_type shape.")
+            wn, bn, shape = _lower(node, kind, shape, path, name)
             if not (np.all(np.isfinite(wn)) and np.all(np.isfinite(bn))):
                 raise _bad(path, f"node {name!r} has non-finite weights.", "re-export the graph.")
             if w is None:
                 w, b = wn, bn
             else:  # two transforms in a row compose into one
-                if wn.shape[1] != w.shape[0]:
-                    raise _bad(path, f"node {name!r} takes {wn.shape[1]} inputs but gets {w.shape[0]}.")
                 w, b = wn @ w, wn @ b + bn
             continue
         if w is None:
@@ -180,6 +185,8 @@ def to_chain(graph, path="graph") -> NirChain:
         expect = layers[-1].n_out if layers else n_in
         if expect is not None and w.shape[1] != expect:
             raise _bad(path, f"the transform before {name!r} takes {w.shape[1]} inputs but gets {expect}.")
+        if shape is None:
+            shape = (w.shape[0],)
         layers.append(NirLayer(name, kind, w, b, _neuron_params(node, kind, w.shape[0], path, name)))
         w = b = None
     if w is not None:
@@ -191,7 +198,53 @@ def to_chain(graph, path="graph") -> NirChain:
     if hidden_nonspiking:
         raise _bad(path, f"has non-spiking neurons before the last layer ({', '.join(hidden_nonspiking)}); only the "
                    "readout layer may be LI or I.", "use spiking neurons in hidden layers.")
-    return NirChain(layers, int(layers[0].weight.shape[1]), str(path))
+    return NirChain(layers, int(layers[0].weight.shape[1]), str(path),
+                    input_shape or (int(layers[0].weight.shape[1]),))
+
+
+def _pair(v, n: int) -> tuple:
+    a = np.asarray(v).reshape(-1)
+    return tuple(int(x) for x in (np.repeat(a, n) if a.size == 1 else a))
+
+
+def _lower(node, kind: str, shape: tuple, path, name: str) -> tuple[np.ndarray, np.ndarray, tuple]:
+    """(matrix (out, in), bias (out,), output shape) of a linear node applied to an input of ``shape``."""
+    import torch
+    import torch.nn.functional as F
+
+    n_in = int(np.prod(shape))
+    if kind in ("Affine", "Linear"):
+        wn = np.asarray(node.weight, np.float64)
+        if wn.ndim != 2 or wn.shape[1] != n_in:
+            raise _bad(path, f"node {name!r} ({kind}) has weight {list(wn.shape)} for an input of {n_in} values.")
+        bn = np.asarray(node.bias, np.float64).reshape(-1) if kind == "Affine" else np.zeros(wn.shape[0])
+        if bn.size != wn.shape[0]:
+            raise _bad(path, f"node {name!r} has {bn.size} biases for {wn.shape[0]} outputs.")
+        return wn, bn, (wn.shape[0],)
+    dims = 1 if kind == "Conv1d" else 2
+    if len(shape) != dims + 1:
+        raise _bad(path, f"node {name!r} ({kind}) gets an input of shape {list(shape)}; it needs (channels, "
+                   f"{'length' if dims == 1 else 'height, width'}).", "give the Input node that shape.")
+    eye = torch.eye(n_in, dtype=torch.float64).reshape(n_in, *shape)  # every input unit alone, as a batch
+    with torch.no_grad():
+        if kind in ("Conv1d", "Conv2d"):
+            weight = torch.as_tensor(np.asarray(node.weight, np.float64))
+            pad = node.padding if isinstance(node.padding, str) else _pair(node.padding, dims)
+            conv = F.conv1d if dims == 1 else F.conv2d
+            try:
+                y = conv(eye, weight, None, _pair(node.stride, dims), pad, _pair(node.dilation, dims), int(node.groups))
+            except RuntimeError as e:
+                raise _bad(path, f"node {name!r} ({kind}) does not fit an input of shape {list(shape)}: "
+                           f"{str(e).splitlines()[0]}") from None
+            bias = np.repeat(np.asarray(node.bias, np.float64).reshape(-1), int(np.prod(y.shape[2:])))
+        else:  # SumPool2d / AvgPool2d
+            k = _pair(node.kernel_size, 2)
+            y = F.avg_pool2d(eye, k, _pair(node.stride, 2), _pair(node.padding, 2), count_include_pad=True)
+            if kind == "SumPool2d":
+                y = y * (k[0] * k[1])
+            bias = np.zeros(int(np.prod(y.shape[1:])))
+    out_shape = tuple(int(d) for d in y.shape[1:])
+    return y.reshape(n_in, -1).T.numpy().copy(), bias, out_shape
 
 
 def load_chain(path: str | Path) -> NirChain:

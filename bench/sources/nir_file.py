@@ -34,7 +34,7 @@ class NirFileSource(ModelSource):
                               steps=int(request.take("steps", written.get("steps", DEFAULT_STEPS))))
         request.check_all_used(self.name)
         chain = to_chain(graph, spec)  # refuses unsupported nodes by name before any data is read
-        specs = [TensorSpec("input", "float32", (chain.n_inputs,))]
+        specs = [TensorSpec("input", "float32", tuple(chain.input_shape))]
         cal = load_tensors(request.calibration_data, specs, "calibration data") if request.calibration_data else None
         ev = load_tensors(request.eval_data, specs, "evaluation data", request.labels) if request.eval_data else None
         notes = (f"NIR graph: {chain.n_inputs} inputs -> " + " -> ".join(f"{lyr.neuron} {lyr.n_out}" for lyr in chain.layers)

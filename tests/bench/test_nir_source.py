@@ -66,18 +66,17 @@ def test_a_graph_written_with_nir_is_scored_by_fidelity_without_labels(capsys, t
     assert "8 steps per sample" in notes and "argmax agreement" in notes
 
 
-def test_a_graph_with_a_convolution_is_refused_by_node_before_any_work(capsys, tmp_path):
+def test_a_graph_with_an_unsupported_node_is_refused_by_name_before_any_work(capsys, tmp_path):
     import nir
 
-    def conv(nodes, edges):
-        nodes["conv1"] = nir.Conv1d(input_shape=8, weight=np.ones((2, 1, 3)), stride=1, padding=1, dilation=1,
-                                    groups=1, bias=np.zeros(2))
+    def delay(nodes, edges):
+        nodes["delay1"] = nir.Delay(delay=np.ones(8))
         edges.remove(("input", "fc1"))
-        edges += [("input", "conv1"), ("conv1", "fc1")]
+        edges += [("input", "delay1"), ("delay1", "fc1")]
 
-    nir.write(str(tmp_path / "conv.nir"), chain_graph("LI", extra=conv, type_check=False))
+    nir.write(str(tmp_path / "conv.nir"), chain_graph("LI", extra=delay, type_check=False))
     code, _, err = run_cli(capsys, "deploy", tmp_path / "conv.nir", "--target", "loihi2", "--out", tmp_path / "r")
-    assert_user_error(code, err, "conv1", "Conv1d")
+    assert_user_error(code, err, "delay1", "Delay")
     assert not (tmp_path / "r").exists()
 
 

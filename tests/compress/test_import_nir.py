@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from edgesmith.common import EdgesmithError
 from edgesmith.compress import Artifact, PassContext, netx_format, run_passes
@@ -95,13 +96,12 @@ def _refused(tmp_path, graph, *needles):
 def test_unsupported_nodes_are_refused_by_name(tmp_path):
     import nir
 
-    def conv(nodes, edges):
-        nodes["conv1"] = nir.Conv1d(input_shape=8, weight=np.ones((2, 1, 3)), stride=1, padding=1, dilation=1,
-                                    groups=1, bias=np.zeros(2))
+    def delay(nodes, edges):
+        nodes["delay1"] = nir.Delay(delay=np.ones(8))
         edges.remove(("input", "fc1"))
-        edges += [("input", "conv1"), ("conv1", "fc1")]
+        edges += [("input", "delay1"), ("delay1", "fc1")]
 
-    _refused(tmp_path, chain_graph("LI", extra=conv, type_check=False), "'conv1' (Conv1d)")
+    _refused(tmp_path, chain_graph("LI", extra=delay, type_check=False), "'delay1' (Delay)")
 
 
 def test_recurrent_edges_branches_and_non_zero_resets_are_refused(tmp_path):
@@ -150,3 +150,56 @@ def test_lava_runs_the_imported_network_bit_exact(readout, tmp_path, x):
     np.testing.assert_array_equal(lava.named["output_int"], ref.named["output_int"])
     for k in ("synops", "messages", "neuron_updates"):
         assert lava.stats[k] == ref.stats[k]
+
+
+def _conv_graph(extra_pool: bool = True):
+    """Input (1, 8, 8) -> Conv2d 4x3x3 (padding 1) -> LIF -> SumPool2d 2 -> Flatten -> Affine -> LI."""
+    import nir
+
+    rng = np.random.default_rng(3)
+    nodes = {"input": nir.Input(input_type={"input": np.array([1, 8, 8])}),
+             "conv": nir.Conv2d(input_shape=(8, 8), weight=rng.normal(0, 0.5, (4, 1, 3, 3)), stride=1, padding=1,
+                                dilation=1, groups=1, bias=rng.normal(0, 0.05, 4)),
+             "lif_c": nir.LIF(**lif_params(4 * 8 * 8)),
+             "pool": nir.SumPool2d(kernel_size=np.array([2, 2]), stride=np.array([2, 2]), padding=np.array([0, 0])),
+             "flat": nir.Flatten(input_type={"input": np.array([4, 4, 4])}, start_dim=0),
+             "fc": nir.Affine(weight=rng.normal(0, 0.3, (3, 64)), bias=np.zeros(3)),
+             "li": nir.LI(tau=np.full(3, 1e-3), r=np.full(3, 10.0), v_leak=np.zeros(3)),
+             "output": nir.Output(output_type={"output": np.array([3])})}
+    edges = [("input", "conv"), ("conv", "lif_c"), ("lif_c", "pool"), ("pool", "flat"), ("flat", "fc"),
+             ("fc", "li"), ("li", "output")]
+    return nir.NIRGraph(nodes=nodes, edges=edges, type_check=False)
+
+
+def test_convolutions_and_pooling_lower_to_the_maps_torch_computes():
+    import torch.nn.functional as F
+
+    g = _conv_graph()
+    chain = to_chain(g)
+    assert chain.input_shape == (1, 8, 8) and [lyr.n_out for lyr in chain.layers] == [256, 3]
+    img = np.random.default_rng(4).normal(size=(2, 1, 8, 8))
+    conv = F.conv2d(torch.as_tensor(img), torch.as_tensor(g.nodes["conv"].weight), torch.as_tensor(g.nodes["conv"].bias),
+                    padding=1).reshape(2, -1).numpy()
+    np.testing.assert_allclose(img.reshape(2, -1) @ chain.layers[0].weight.T + chain.layers[0].bias, conv, atol=1e-12)
+    # sum pooling then the Affine compose into the second layer's matrix
+    spikes = (np.random.default_rng(5).random((2, 4, 8, 8)) > 0.5).astype(float)
+    pooled = F.avg_pool2d(torch.as_tensor(spikes), 2).numpy().reshape(2, -1) * 4
+    np.testing.assert_allclose(spikes.reshape(2, -1) @ chain.layers[1].weight.T, pooled @ g.nodes["fc"].weight.T,
+                               atol=1e-12)
+    # a convolution's matrix is sparse: 9 taps per output at most
+    assert np.count_nonzero(chain.layers[0].weight) <= 9 * 256
+
+
+@pytest.mark.lava
+def test_a_convolutional_graph_runs_in_lava_bit_exact(tmp_path):
+    from edgesmith.runtimes import get_runtime
+
+    path = _write(_conv_graph(), tmp_path / "conv.nir")
+    x = np.random.default_rng(6).uniform(0, 1, (16, 1, 8, 8))
+    art, _ = run_passes(Artifact("nir", path=path, meta={"nir": {"dt": DT, "steps": 6}}), [ImportNirConfig()],
+                        PassContext(workdir=tmp_path / "w", calibration=x))
+    xs = x[:4].astype(np.float32)
+    ref = get_runtime("netx-ref").load(art).run(xs.reshape(4, -1))
+    lava = get_runtime("lava").load(art).run(xs.reshape(4, -1))
+    np.testing.assert_array_equal(lava.named["output_int"], ref.named["output_int"])
+    assert lava.stats["synops"] == ref.stats["synops"] > 0
