@@ -14,7 +14,8 @@ Stages (each model is cached under edgesmith.common.cache_dir() by its pass, so 
   6. speed of the Numba reference and of the Lava simulation in steps per second;
   7. the width x sparsity sweep (``bench/benchmarks/lrnn_sweep.py``): Pareto PNG, iso-accuracy ratios.
 Writes ``report.json``, ``report.md``, ``model.lrnn.npz``, ``model.nir`` (the float sparse model as one NIR
-graph, checked on a test clip after nir.read), ``sweep.json`` and ``pareto.png`` into ``out``
+graph, checked on a test clip after nir.read), ``encoder.net`` / ``decoder.net`` (the dense ends as netx
+networks, run in Lava against netx-ref), ``sweep.json`` and ``pareto.png`` into ``out``
 atomically. Settings and timings on 2 cores: see LrnnPlan and the producer's docstring.
 """
 from __future__ import annotations
@@ -128,7 +129,27 @@ def _nir_check(model, feat: np.ndarray) -> tuple[object, dict]:
                            "in the graph's metadata and applied by compress/lrnn/export.nir_denoiser_forward"}
 
 
-def run_plan(plan: LrnnPlan, log=print) -> tuple[dict, dict, object]:
+def _netx_check(model, calib: np.ndarray, test_clip: np.ndarray, folder: Path, frames: int = 40) -> dict:
+    """The encoder and decoder as netx networks (``write_netx_parts``): Lava vs netx-ref on test frames."""
+    from edgesmith.compress import Artifact
+    from edgesmith.compress.lrnn.export import block_inputs, write_netx_parts
+    from edgesmith.runtimes import get_runtime
+
+    parts = write_netx_parts(model, calib, folder)
+    _, dec_in = block_inputs(model, test_clip[None])
+    for name, x in (("encoder", test_clip[:frames]), ("decoder", dec_in[:frames])):
+        art = Artifact("netx", path=Path(parts[name]["path"]), meta={"input_shape": [x.shape[1]]})
+        xs = np.asarray(x, np.float32)
+        ref = get_runtime("netx-ref").load(art).run(xs)
+        lava = get_runtime("lava").load(art).run(xs)
+        parts[name].update(file=f"{name}.net", lava_frames=int(len(xs)),
+                           lava_vs_reference_max_abs_diff=int(np.abs(lava.named["output_int"]
+                                                                   - ref.named["output_int"]).max()))
+        parts[name].pop("path")
+    return parts
+
+
+def run_plan(plan: LrnnPlan, log=print, netx_folder: Path | None = None) -> tuple[dict, dict, object]:
     prod = get_producer("lrnn-denoiser", seed=plan.seed, tiny=plan.quick).build()
     splits = prod.splits()
     test = splits["test"]
@@ -203,6 +224,8 @@ def run_plan(plan: LrnnPlan, log=print) -> tuple[dict, dict, object]:
         "hardware": hw,
     }
     graph, report["nir"] = _nir_check(models["qat"], feat[0])
+    if netx_folder is not None:
+        report["netx"] = _netx_check(models["qat"], calib, feat[0], netx_folder)
     return report, net, graph
 
 
@@ -241,6 +264,10 @@ def markdown(r: dict) -> str:
               f"NIR: `model.nir` holds the float sparse model as one graph ({r['nir']['nodes']} nodes, {r['nir']['edges']} "
               f"edges); read back with nir.read it reproduces the model to {r['nir']['read_back_max_abs_diff_vs_model']:.2g} "
               f"(max |difference| of the mask logits over {r['nir']['frames']} frames).", "",
+              *(f"netx: `{p['file']}` ({n}, export-netx mapping, calibration output SQNR "
+                f"{p['calibration_output_sqnr_db']:.1f} dB) loads in lava-dl's netx; Lava vs netx-ref max |difference| "
+                f"{p['lava_vs_reference_max_abs_diff']} over {p['lava_frames']} frames." for n, p in r.get("netx", {}).items()),
+              "",
               "Coefficients and sources:", ""]
     for plat in ("loihi2", "jetson_orin_nano_fp32"):
         for c in hw[plat]["estimate"]["coefficients"]:
@@ -265,9 +292,13 @@ def deploy_lrnn(out: Path, plan: LrnnPlan = LrnnPlan(), force: bool = False, swe
         raise EdgesmithError(f"{out} already exists.", "choose another --out folder or pass --force.")
     if sweep_from is not None and not (Path(sweep_from) / "sweep.json").exists():
         raise EdgesmithError(f"{sweep_from} holds no sweep.json.", "run bench.benchmarks.lrnn_sweep first or drop --sweep-from.")
-    report, net, graph = run_plan(plan, log=log)
+    with tempfile.TemporaryDirectory() as parts_dir:
+        report, net, graph = run_plan(plan, log=log, netx_folder=Path(parts_dir))
+        parts = {n: (Path(parts_dir) / f"{n}.net").read_bytes() for n in ("encoder", "decoder")}
     with atomic_path(out, force=force) as tmp:
         tmp.mkdir(parents=True)
+        for n, data in parts.items():
+            (tmp / f"{n}.net").write_bytes(data)
         sweep = None
         if sweep_from is not None:
             shutil.copy(Path(sweep_from) / "sweep.json", tmp / "sweep.json")

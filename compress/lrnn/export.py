@@ -2,10 +2,9 @@
 
 netx (lava-dl's HDF5 exchange format) knows input, dense, conv and recurrent-dense layers with CUBA
 or Sigma-Delta neurons; it has no complex recurrence, no gating product and no requantizing
-neuron. ``write_netx`` therefore writes the layers it can hold: the input and the encoder
-(a dense layer of 8-bit integer weights with a ReLU Sigma-Delta neuron), and names what it left
-out in the file's ``edgesmith_unsupported`` attribute. ``read_netx`` reads the same layout
-(``layer/<i>/{type, shape, weight, bias, neuron/...}``) with h5py, as netx's reader does.
+neuron. ``write_netx_parts`` therefore writes the dense layers at the two ends as two netx networks
+(``export-netx``'s mapping: the encoder with Sigma-Delta ReLU neurons, the decoder as a Sigma output
+layer), which lava-dl's netx loads and Lava runs bit-exact with ``netx-ref``.
 
 NIR is continuous-time and has no complex or SSM node, but a diagonal complex recurrence is an
 LI population plus a recurrent edge: with time measured in steps, mode ``n`` is
@@ -24,62 +23,50 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.common import atomic_path
 from edgesmith.models.lrnn.s5 import S5Denoiser
-
 
 # --- netx -----------------------------------------------------------------------------------------
 
 
-def write_netx(net: dict, path: Path, force: bool = True) -> Path:
-    """netx-layout HDF5 of the layers netx supports (input + encoder) from a fixed-point net dict."""
-    import h5py
-
-    with atomic_path(path, force=force) as tmp:
-        with h5py.File(tmp, "w") as f:
-            f.attrs["edgesmith_unsupported"] = ("S5 blocks (complex diagonal recurrence, GLU gating product, "
-                                                "requantizing neurons) and the decoder that follows them")
-            layer = f.create_group("layer")
-            l0 = layer.create_group("0")
-            l0.create_dataset("type", data=np.bytes_("input"))
-            l0.create_dataset("shape", data=np.array([1, 1, net["enc_w"].shape[1]]))
-            n0 = l0.create_group("neuron")
-            n0.create_dataset("type", data=np.bytes_("SDNN"))
-            n0.create_dataset("vThMant", data=0)
-            l1 = layer.create_group("1")
-            l1.create_dataset("type", data=np.bytes_("dense"))
-            l1.create_dataset("shape", data=np.array([1, 1, net["enc_w"].shape[0]]))
-            l1.create_dataset("weight", data=np.asarray(net["enc_w"], np.int32))  # even integers in [-254, 254]
-            l1.create_dataset("bias", data=np.asarray(net["enc_b"], np.int64))
-            n1 = l1.create_group("neuron")
-            n1.create_dataset("type", data=np.bytes_("SDNN"))
-            n1.create_dataset("activation", data=np.bytes_("relu"))
-            n1.create_dataset("vThMant", data=0)
-            n1.create_dataset("wgtExp", data=0)
-    return Path(path)
+def block_inputs(model: S5Denoiser, feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(encoder outputs, decoder inputs) of the float model on ``feats`` (clips, T, 257), frames flattened."""
+    with torch.no_grad():
+        f = torch.as_tensor(np.asarray(feats), dtype=torch.float32)
+        h = torch.relu(f @ model.enc.weight.T + model.enc.bias)
+        enc = h.reshape(-1, h.shape[-1]).double().numpy()
+        for blk in model.blocks:
+            h = blk(h)
+    return enc, h.reshape(-1, h.shape[-1]).double().numpy()
 
 
-def read_netx(path: Path) -> list[dict]:
-    """The layers of a netx-layout HDF5 file as dicts (strings decoded, arrays as numpy)."""
-    import h5py
+def write_netx_parts(model: S5Denoiser, feats: np.ndarray, folder: Path, n_calibration: int = 2048) -> dict:
+    """The encoder (Linear + ReLU: Sigma-Delta neurons) and the decoder (Linear: a Sigma output layer) as two
+    netx networks lava-dl's ``netx.hdf5.Network`` loads, made by ``export-netx``'s own mapping.
 
-    def walk(g) -> dict:
-        out = {}
-        for k, v in g.items():
-            if isinstance(v, h5py.Group):
-                out[k] = walk(v)
-            else:
-                val = v[()]
-                out[k] = val.decode() if isinstance(val, bytes) else np.asarray(val)
-        return out
+    The S5 blocks between them (complex recurrence, GLU product) have no netx layer, so the two files are
+    separate networks; each is checked against the float layer it came from on the calibration frames
+    (output SQNR), and its Lava run against ``netx-ref`` by the caller."""
+    from edgesmith.compress.export_netx import (
+        ExportNetxConfig,
+        choose_network,
+        write_netx,
+    )
+    from torch import nn
 
-    try:
-        with h5py.File(path, "r") as f:
-            layers = f["layer"]
-            return [walk(layers[str(i)]) for i in range(len(layers))]
-    except (OSError, KeyError) as e:
-        raise EdgesmithError(f"{path} is not a netx HDF5 network ({e}).", "write it with write_netx.") from None
+    model = model.eval()
+    frames = np.asarray(feats, np.float64).reshape(-1, np.asarray(feats).shape[-1])
+    pick = np.random.default_rng(0).permutation(len(frames))[:n_calibration]
+    _, dec_in = block_inputs(model, feats)
+    parts = {"encoder": (nn.Sequential(model.enc, nn.ReLU()), frames[pick]),
+             "decoder": (nn.Sequential(model.dec), dec_in[pick])}
+    out = {}
+    for name, (module, calib) in parts.items():
+        layers, fl, cand, net, db, _ = choose_network(module.float(), calib, ExportNetxConfig())
+        path = Path(folder) / f"{name}.net"
+        write_netx(path, cand, layers, fl, net)
+        out[name] = {"path": str(path), "calibration_output_sqnr_db": float(db), "frames": int(len(calib))}
+    return out
 
 
 # --- NIR ------------------------------------------------------------------------------------------

@@ -25,5 +25,8 @@ def test_quick_claim_run_matches_lava_to_the_reference_and_refuses_to_overwrite(
     assert bd["placement_source"].startswith("per-layer") and bd["cores_used"] == len(bd["placement"]) >= 3
     # the NIR graph of the whole float model, read back, reproduces it
     assert (out / "model.nir").is_file() and report["nir"]["read_back_max_abs_diff_vs_model"] < 1e-3
+    # the dense ends as netx networks lava-dl loads, bit-exact in Lava
+    for part in ("encoder", "decoder"):
+        assert (out / f"{part}.net").is_file() and report["netx"][part]["lava_vs_reference_max_abs_diff"] == 0
     with pytest.raises(EdgesmithError, match="already exists"):
         deploy_lrnn(out, LrnnPlan(quick=True, sweep=False, lava_clips=1))

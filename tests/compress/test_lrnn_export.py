@@ -1,13 +1,12 @@
 """netx HDF5 and NIR exports of the S5 denoiser, each read back by its own reader."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
-
 from edgesmith.compress.lrnn import export as E
-from edgesmith.compress.lrnn import fixed as F
-from edgesmith.common import EdgesmithError
 from edgesmith.models.lrnn.s5 import S5Config, S5Denoiser
 
 
@@ -21,20 +20,34 @@ def model():
     return m.eval()
 
 
-def test_netx_file_round_trips_the_encoder(model, tmp_path):
-    net = F.convert(model, np.abs(np.random.default_rng(0).standard_normal((2, 20, 257))))
-    path = E.write_netx(net, tmp_path / "lrnn.net")
-    layers = E.read_netx(path)
-    assert [l["type"] for l in layers] == ["input", "dense"]
-    np.testing.assert_array_equal(layers[1]["weight"], net["enc_w"])
-    np.testing.assert_array_equal(layers[1]["bias"], net["enc_b"])
-    assert layers[1]["neuron"]["type"] == "SDNN" and layers[1]["neuron"]["activation"] == "relu"
+def test_encoder_and_decoder_become_netx_networks_close_to_the_float_layers(model, tmp_path):
+    from edgesmith.compress import netx_format
+
+    feats = np.abs(np.random.default_rng(0).standard_normal((2, 40, 257)))
+    parts = E.write_netx_parts(model, feats, tmp_path)
+    enc = netx_format.NetxNet.load(parts["encoder"]["path"])
+    dec = netx_format.NetxNet.load(parts["decoder"]["path"])
+    assert enc.n_inputs == 257 and enc.n_outputs == model.cfg.d_model and not enc.layers[-1].sigma_output
+    assert dec.n_outputs == 257 and dec.layers[-1].sigma_output
+    enc_ref, dec_in = E.block_inputs(model, feats)
+    out, _ = netx_format.run_float(enc, feats.reshape(-1, 257))
+    assert np.corrcoef(out.ravel(), enc_ref.ravel())[0, 1] > 0.99
+    assert parts["encoder"]["calibration_output_sqnr_db"] > 20 and parts["decoder"]["calibration_output_sqnr_db"] > 20
 
 
-def test_netx_reader_rejects_other_files(tmp_path):
-    (tmp_path / "x.net").write_bytes(b"not hdf5")
-    with pytest.raises(EdgesmithError, match="netx"):
-        E.read_netx(tmp_path / "x.net")
+@pytest.mark.lava
+def test_the_denoiser_netx_parts_load_in_lava_dl_and_run_bit_exact(model, tmp_path):
+    from edgesmith.compress import Artifact
+    from edgesmith.runtimes import get_runtime
+
+    feats = np.abs(np.random.default_rng(0).standard_normal((2, 40, 257)))
+    parts = E.write_netx_parts(model, feats, tmp_path)
+    _, dec_in = E.block_inputs(model, feats)
+    for name, x in (("encoder", feats.reshape(-1, 257)[:8]), ("decoder", dec_in[:8])):
+        art = Artifact("netx", path=Path(parts[name]["path"]), meta={"input_shape": [x.shape[1]]})
+        ref = get_runtime("netx-ref").load(art).run(x.astype(np.float32))
+        lava = get_runtime("lava").load(art).run(x.astype(np.float32))
+        np.testing.assert_array_equal(lava.named["output_int"], ref.named["output_int"])
 
 
 def test_nir_graph_round_trips_and_reproduces_the_ssm(model, tmp_path):
