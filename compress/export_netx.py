@@ -46,8 +46,10 @@ from edgesmith.compress.netx_format import (
     NetxNet,
     descale,
     netx_weights,
+    put,
     quantize_inputs,
     simulate,
+    start_netx,
 )
 from edgesmith.compress.onnx_analysis import report_db, sqnr_db
 from torch import nn
@@ -240,15 +242,9 @@ def write_netx(path: Path, cand: _Candidate, layers: list[_Layer], fl: list[_Flo
     """The netx HDF5 file (lava-dl's layout) plus the ``edgesmith`` group, written atomically."""
     import h5py
 
-    def put(group, key, value):
-        group.create_dataset(key, data=value)
-
     with atomic_path(path, force=True) as tmp:
         with h5py.File(tmp, "w") as f:
-            lg = f.create_group("layer")
-            g = lg.create_group("0")
-            g.create_dataset("type", (1,), "S10", [b"input"])
-            put(g, "shape", np.array([fl[0].w.shape[1]]))
+            lg, g = start_netx(f, fl[0].w.shape[1])
             inv = 1.0 / cand.input_scale
             if inv >= 1 and inv == round(inv):  # netx reads the input transform as integers
                 put(g, "weight", np.array([int(inv)])), put(g, "bias", np.array([0]))

@@ -29,11 +29,27 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-
 from edgesmith.common import EdgesmithError, atomic_path
-from edgesmith.compress.base import Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult, register_pass
-from edgesmith.compress.netx_format import (CUBA_BIAS_LIMIT, CUBA_VTH_LIMIT, META_GROUP, NetxNet, descale,
-                                            quantize_inputs, simulate)
+from edgesmith.compress.base import (
+    Artifact,
+    LayerReport,
+    PassConfig,
+    PassContext,
+    PassReport,
+    PassResult,
+    register_pass,
+)
+from edgesmith.compress.netx_format import (
+    CUBA_BIAS_LIMIT,
+    CUBA_VTH_LIMIT,
+    META_GROUP,
+    NetxNet,
+    descale,
+    put,
+    quantize_inputs,
+    simulate,
+    start_netx,
+)
 from edgesmith.compress.nir_graph import NirChain, NirLayer, load_chain, simulate_float
 from edgesmith.compress.onnx_analysis import report_db, sqnr_db
 
@@ -191,16 +207,9 @@ def write_cuba_netx(path, fixed: Fixed, chain: NirChain, dt: float) -> None:
     import h5py
 
     net = fixed.net
-
-    def put(group, key, value):
-        group.create_dataset(key, data=value)
-
     with atomic_path(path, force=True) as tmp:
         with h5py.File(tmp, "w") as f:
-            lg = f.create_group("layer")
-            g = lg.create_group("0")
-            g.create_dataset("type", (1,), "S10", [b"input"])
-            put(g, "shape", np.array([net.n_inputs]))
+            lg, _ = start_netx(f, net.n_inputs)
             for i, lyr in enumerate(net.layers):
                 g = lg.create_group(str(i + 1))
                 g.create_dataset("type", (1,), "S10", [b"dense"])

@@ -278,6 +278,20 @@ CUBA_VTH_LIMIT = 2 ** 17 - 1  # Lava LIF vth: 17-bit unsigned
 LIF_SHIFT = 6  # Lava LIF: activation, bias (netx bias_exp) and vth are shifted left by 6
 
 
+def put(group, key: str, value) -> None:
+    """One dataset of a netx file (netx reads every field as a dataset)."""
+    group.create_dataset(key, data=value)
+
+
+def start_netx(f, n_inputs: int):
+    """The ``layer`` group of a new netx file with its ``input`` layer 0: (layer group, input layer group)."""
+    layers = f.create_group("layer")
+    g = layers.create_group("0")
+    g.create_dataset("type", (1,), "S10", [b"input"])
+    put(g, "shape", np.array([n_inputs]))
+    return layers, g
+
+
 def _dense_weights(path, i: int, g) -> np.ndarray:
     w = np.asarray(g["weight"][()])
     w = w.reshape(w.shape[0], -1)

@@ -1,4 +1,5 @@
-"""NIR graphs for the tests, written with the ``nir`` package (and one exported by snnTorch)."""
+"""NIR graphs for the tests, written with the ``nir`` package (the snnTorch one comes from
+``bench/benchmarks/nir_roundtrip.train_snntorch_digits``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -39,46 +40,3 @@ def chain_graph(readout: str = "LI", n_in: int = 8, hidden: int = 20, n_out: int
     if extra:
         extra(nodes, edges)
     return nir.NIRGraph(nodes=nodes, edges=edges, type_check=type_check)
-
-
-def train_snntorch_digits(x_tr, y_tr, steps: int = 16, epochs: int = 15, seed: int = 0):
-    """A 64-64-10 snnTorch Leaky network (reset to zero) trained on spike counts, exported with export_to_nir.
-
-    Per-neuron beta and threshold tensors: snnTorch 1.0 exports scalar ones with shape () that nir's type
-    inference rejects."""
-    import snntorch as snn
-    import torch
-    from snntorch import utils as snn_utils
-    from snntorch.export_nir import export_to_nir
-
-    torch.manual_seed(seed)
-
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc1 = torch.nn.Linear(64, 64)
-            self.lif1 = snn.Leaky(beta=torch.full((64,), 0.9), threshold=torch.ones(64), init_hidden=True,
-                                  reset_mechanism="zero")
-            self.fc2 = torch.nn.Linear(64, 10)
-            self.lif2 = snn.Leaky(beta=torch.full((10,), 0.9), threshold=torch.ones(10), init_hidden=True,
-                                  reset_mechanism="zero", output=True)
-
-        def forward(self, x):
-            snn_utils.reset(self)
-            count = 0
-            for _ in range(steps):
-                spk, _ = self.lif2(self.fc2(self.lif1(self.fc1(x))))
-                count = count + spk
-            return count
-
-    net = Net()
-    opt = torch.optim.Adam(net.parameters(), lr=2e-3)
-    x, y = torch.tensor(x_tr, dtype=torch.float32), torch.tensor(y_tr)
-    g = torch.Generator().manual_seed(seed)
-    for _ in range(epochs):
-        perm = torch.randperm(len(x), generator=g)
-        for i in range(0, len(x), 64):
-            idx = perm[i:i + 64]
-            loss = torch.nn.functional.cross_entropy(net(x[idx]), y[idx])
-            opt.zero_grad(), loss.backward(), opt.step()
-    return net, export_to_nir(net, torch.zeros(1, 64), ignore_dims=[0])

@@ -26,3 +26,30 @@ def write_claim(out: Path, force: bool, result: dict, markdown: Callable[[dict],
         write_json(tmp / "table.json", result)
         (tmp / "table.md").write_text(md)
     return md
+
+
+def claim_main(argv, doc: str, default_out: str, run: Callable[[bool, Path], dict], markdown: Callable[[dict], str],
+               draw: Callable[[dict], Callable[[Path], list | None]]) -> int:
+    """``--out``/``--force``/``--quick`` entry point of a claim script: refuse an existing folder, run in a
+    temporary work folder, write the claim, print the Markdown; a user error prints one line and returns 2."""
+    import argparse
+    import sys
+    import tempfile
+
+    from edgesmith.common import EdgesmithError
+
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path(default_out))
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        refuse_existing(args.out, args.force)
+        with tempfile.TemporaryDirectory(prefix="edgesmith-claim-") as tmp:
+            res = run(args.quick, Path(tmp))
+        print(write_claim(args.out, args.force, res, markdown, draw(res)))
+    except EdgesmithError as e:
+        print(f"edgesmith: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+

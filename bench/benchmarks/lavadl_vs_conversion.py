@@ -15,18 +15,14 @@ Writes ``table.json``, ``table.md`` and ``comparison.png`` (accuracy vs estimate
 """
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
-
-from edgesmith.bench.benchmarks.claim_io import refuse_existing, write_claim
+from edgesmith.bench.benchmarks.claim_io import claim_main
 from edgesmith.bench.deploy import DeployOptions, deploy
-from edgesmith.common import EdgesmithError
 from edgesmith.models import get_producer
 
 QUICK_LAVADL = {"hidden": (16,), "epochs": 2}
@@ -130,20 +126,7 @@ def draw(res: dict):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("runs/lavadl"))
-    ap.add_argument("--force", action="store_true")
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args(argv)
-    try:
-        refuse_existing(args.out, args.force)
-        with tempfile.TemporaryDirectory(prefix="edgesmith-lavadl-") as tmp:
-            res = run(args.quick, Path(tmp))
-        print(write_claim(args.out, args.force, res, markdown, draw(res)))
-    except EdgesmithError as e:
-        print(f"edgesmith: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return claim_main(argv, __doc__, "runs/lavadl", run, markdown, draw)
 
 
 if __name__ == "__main__":

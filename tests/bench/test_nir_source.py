@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from cli_helpers import assert_user_error, run_cli
-from nir_graphs import chain_graph, train_snntorch_digits
+from edgesmith.bench.benchmarks.nir_roundtrip import train_snntorch_digits
+from nir_graphs import chain_graph
 
 FAST = ("--reps", "5", "--warmup", "1", "--quiet", "--batch", "1")
 
@@ -17,7 +17,6 @@ FAST = ("--reps", "5", "--warmup", "1", "--quiet", "--batch", "1")
 @pytest.fixture(scope="module")
 def snn_files(digits, tmp_path_factory):
     import nir
-
     from edgesmith.models.digits import _load_digits_split
 
     d = tmp_path_factory.mktemp("nir_src")
