@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgesmith.bench.sources.base import UserRequest
+from edgesmith.common import EdgesmithError
 
 
 CALIBRATION_SAMPLES = 512  # the most any kind asks for; a deploy takes the first n_calibration of them
@@ -18,6 +19,14 @@ def with_user_data(producer, request: UserRequest):
     from edgesmith.models.user_data import TensorData, TensorSpec, load_tensors
 
     producer.build()
+    own = getattr(producer, "use_user_data", None)
+    notes = own(request.calibration_data, request.eval_data) if own else None
+    if notes is not None:  # the producer reads this data itself (a stream model's folder of WAV files)
+        if request.labels or request.metric:
+            raise EdgesmithError(f"{producer.name} scores its own data with {producer.metric.name}; --labels and "
+                                 "--metric do not apply to it.", "drop --labels / --metric.")
+        producer.user_notes_ = notes
+        return producer
     if producer.kind == "token-lm":
         from edgesmith.bench.sources.rwkv_checkpoint import rwkv_user_model
 

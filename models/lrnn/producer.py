@@ -60,14 +60,42 @@ class LrnnDenoiser(Producer):
 
     @property
     def input_shape(self) -> tuple[int, ...]:
-        """(frames, 257) of one clip, from the config alone (listing models must not synthesize data)."""
+        """(frames, 257) of one clip, from the config alone (listing models must not synthesize data), or of
+        the user's clips once ``use_user_data`` has read them."""
+        if getattr(self, "user_frames_", None):
+            return (self.user_frames_, N_BINS)
         return (int(round(self.data_cfg.clip_s * SR)) // HOP + 1, N_BINS)
 
     def features(self, split: str) -> np.ndarray:
         return features(stft(self.splits()[split].noisy).abs()).numpy()
 
     def calibration_data(self, n: int = 128) -> np.ndarray:
+        if getattr(self, "user_calibration_", None) is not None:
+            return np.ascontiguousarray(self.user_calibration_[:n])
         return np.ascontiguousarray(self.features("train")[:n])
+
+    def use_user_data(self, calibration_data=None, eval_data=None) -> list[str] | None:
+        """The user's audio: folders of WAV files (``models/lrnn/audio.py``) replace the test split (scored by
+        SI-SNR against their clean/ files) and the calibration clips. None when neither path is such a folder."""
+        from edgesmith.common import EdgesmithError
+        from edgesmith.models.lrnn.audio import is_wav_folder, load_wav_folder
+
+        if not any(p and is_wav_folder(p) for p in (calibration_data, eval_data)):
+            return None
+        notes, splits = [], dict(self.splits())
+        if eval_data:
+            test, has_clean, n = load_wav_folder(eval_data)
+            if not has_clean:
+                raise EdgesmithError(f"evaluation data: {eval_data} has no clean/ folder, so SI-SNR cannot be scored.",
+                                     "put the noisy clips in noisy/ and their clean speech in clean/ (same names).")
+            splits["test"], notes = test, notes + n
+            self.user_frames_ = int(stft(test.noisy[:1]).shape[1])
+        if calibration_data:
+            cal, _, n = load_wav_folder(calibration_data, "calibration data")
+            self.user_calibration_ = features(stft(cal.noisy).abs()).numpy()
+            notes += n
+        self.splits_ = splits
+        return notes
 
     def training_data(self):
         """The train split (noisy and clean clips) that prune-lrnn and qat-lrnn fine-tune on."""
@@ -76,3 +104,6 @@ class LrnnDenoiser(Producer):
     def evaluate(self, predict, split: str = "test", with_stoi: bool = True) -> Evaluation:
         res = score(lambda f: np.asarray(predict(f)), self.splits()[split], with_stoi=with_stoi)
         return Evaluation(self.metric, res["si_snr_db"], res["n_clips"], extra=res)
+
+    def report_notes(self) -> list[str]:
+        return list(getattr(self, "user_notes_", None) or [])

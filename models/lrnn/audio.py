@@ -1,0 +1,88 @@
+"""The user's own audio for the denoiser: a folder of WAV files as a ``Split``.
+
+Layouts: ``DIR/noisy/*.wav`` with ``DIR/clean/*.wav`` of the same names (scored by SI-SNR against the
+clean speech), or plain ``DIR/*.wav`` (noisy only: enough for calibration). Any sample rate (resampled
+to 16 kHz with a polyphase filter), mono or multi-channel (channels averaged), integer or float PCM.
+Clips are padded with zeros to the longest one, as the model runs whole clips of one length.
+"""
+from __future__ import annotations
+
+from math import gcd
+from pathlib import Path
+
+import numpy as np
+
+from edgesmith.common import EdgesmithError
+from edgesmith.models.lrnn.data import SR, Split
+
+
+def read_wav(path: Path) -> tuple[np.ndarray, list[str]]:
+    """One WAV file as float32 in [-1, 1] at 16 kHz, and what was done to it."""
+    from scipy.io import wavfile
+    from scipy.signal import resample_poly
+
+    notes = []
+    try:
+        rate, x = wavfile.read(str(path))
+    except (ValueError, OSError, EOFError) as e:
+        raise EdgesmithError(f"{path}: not a readable WAV file ({e}).", "pass PCM or float WAV files.") from None
+    if x.dtype.kind == "i":
+        x = x.astype(np.float32) / float(np.iinfo(x.dtype).max)
+    elif x.dtype.kind == "u":
+        x = (x.astype(np.float32) - 128.0) / 128.0
+    else:
+        x = x.astype(np.float32)
+    if x.ndim == 2:
+        x = x.mean(axis=1)
+        notes.append(f"{path.name}: channels averaged")
+    if x.size == 0 or not np.all(np.isfinite(x)):
+        raise EdgesmithError(f"{path}: the audio is empty or holds NaN/inf samples.", "pass finite, non-empty audio.")
+    if rate != SR:
+        g = gcd(int(rate), SR)
+        x = resample_poly(x, SR // g, int(rate) // g).astype(np.float32)
+        notes.append(f"{path.name}: resampled {rate} Hz -> {SR} Hz")
+    return x, notes
+
+
+def _pad(clips: list[np.ndarray], n: int) -> np.ndarray:
+    return np.stack([np.pad(c, (0, n - len(c))) for c in clips]).astype(np.float32)
+
+
+def is_wav_folder(path) -> bool:
+    p = Path(path)
+    return p.is_dir() and (any(p.glob("*.wav")) or (p / "noisy").is_dir())
+
+
+def load_wav_folder(folder, what: str = "evaluation data") -> tuple[Split, bool, list[str]]:
+    """(split, has_clean, notes): the folder's clips; without a clean/ folder ``clean`` repeats ``noisy``."""
+    folder = Path(folder)
+    noisy_dir = folder / "noisy" if (folder / "noisy").is_dir() else folder
+    files = sorted(noisy_dir.glob("*.wav"))
+    if not files:
+        raise EdgesmithError(f"{what}: {folder} holds no .wav files.",
+                             "put WAV files in it, or noisy/ and clean/ folders of WAV files with the same names.")
+    clean_dir = folder / "clean"
+    has_clean = clean_dir.is_dir()
+    notes: list[str] = []
+    noisy, clean = [], []
+    for f in files:
+        x, n = read_wav(f)
+        noisy.append(x), notes.extend(n)
+        if has_clean:
+            c_path = clean_dir / f.name
+            if not c_path.exists():
+                raise EdgesmithError(f"{what}: {f.name} has no clean reference {c_path}.",
+                                     "give every noisy file a clean file of the same name.")
+            c, n = read_wav(c_path)
+            notes.extend(n)
+            if len(c) != len(x):
+                raise EdgesmithError(f"{what}: {f.name}: noisy and clean differ in length ({len(x)} vs {len(c)} "
+                                     f"samples at {SR} Hz).", "pair recordings of the same length.")
+            clean.append(c)
+    n = max(len(x) for x in noisy)
+    noisy_a = _pad(noisy, n)
+    clean_a = _pad(clean, n) if has_clean else noisy_a.copy()
+    split = Split(noisy_a, clean_a, np.full(len(files), np.nan), np.array([f.name for f in files]))
+    notes.insert(0, f"{what}: {len(files)} WAV clip(s) from {folder}, padded to {n / SR:.2f} s"
+                 + ("" if has_clean else " (no clean/ folder: not scored)"))
+    return split, has_clean, notes
