@@ -202,15 +202,9 @@ def to_chain(graph, path="graph") -> NirChain:
                     input_shape or (int(layers[0].weight.shape[1]),))
 
 
-def _pair(v, n: int) -> tuple:
-    a = np.asarray(v).reshape(-1)
-    return tuple(int(x) for x in (np.repeat(a, n) if a.size == 1 else a))
-
-
 def _lower(node, kind: str, shape: tuple, path, name: str) -> tuple[np.ndarray, np.ndarray, tuple]:
     """(matrix (out, in), bias (out,), output shape) of a linear node applied to an input of ``shape``."""
-    import torch
-    import torch.nn.functional as F
+    from edgesmith.compress.lowering import conv_matrix, pool_matrix
 
     n_in = int(np.prod(shape))
     if kind in ("Affine", "Linear"):
@@ -225,26 +219,14 @@ def _lower(node, kind: str, shape: tuple, path, name: str) -> tuple[np.ndarray, 
     if len(shape) != dims + 1:
         raise _bad(path, f"node {name!r} ({kind}) gets an input of shape {list(shape)}; it needs (channels, "
                    f"{'length' if dims == 1 else 'height, width'}).", "give the Input node that shape.")
-    eye = torch.eye(n_in, dtype=torch.float64).reshape(n_in, *shape)  # every input unit alone, as a batch
-    with torch.no_grad():
-        if kind in ("Conv1d", "Conv2d"):
-            weight = torch.as_tensor(np.asarray(node.weight, np.float64))
-            pad = node.padding if isinstance(node.padding, str) else _pair(node.padding, dims)
-            conv = F.conv1d if dims == 1 else F.conv2d
-            try:
-                y = conv(eye, weight, None, _pair(node.stride, dims), pad, _pair(node.dilation, dims), int(node.groups))
-            except RuntimeError as e:
-                raise _bad(path, f"node {name!r} ({kind}) does not fit an input of shape {list(shape)}: "
-                           f"{str(e).splitlines()[0]}") from None
-            bias = np.repeat(np.asarray(node.bias, np.float64).reshape(-1), int(np.prod(y.shape[2:])))
-        else:  # SumPool2d / AvgPool2d
-            k = _pair(node.kernel_size, 2)
-            y = F.avg_pool2d(eye, k, _pair(node.stride, 2), _pair(node.padding, 2), count_include_pad=True)
-            if kind == "SumPool2d":
-                y = y * (k[0] * k[1])
-            bias = np.zeros(int(np.prod(y.shape[1:])))
-    out_shape = tuple(int(d) for d in y.shape[1:])
-    return y.reshape(n_in, -1).T.numpy().copy(), bias, out_shape
+    if kind in ("Conv1d", "Conv2d"):
+        try:
+            return conv_matrix(node.weight, node.bias, shape, node.stride, node.padding, node.dilation, node.groups)
+        except RuntimeError as e:
+            raise _bad(path, f"node {name!r} ({kind}) does not fit an input of shape {list(shape)}: "
+                       f"{str(e).splitlines()[0]}") from None
+    m, out_shape = pool_matrix(shape, node.kernel_size, node.stride, node.padding, sum_pool=kind == "SumPool2d")
+    return m, np.zeros(m.shape[0]), out_shape
 
 
 def load_chain(path: str | Path) -> NirChain:

@@ -125,10 +125,29 @@ def test_a_batch_one_model_is_calibrated_evaluated_and_timed_one_sample_at_a_tim
     assert_user_error(code, err, "fixed batch of 1", "--batch 1")
 
 
-def test_loihi2_refuses_a_conv_model_naming_the_operator_before_any_work(capsys, files, tmp_path):
-    code, _, err = run_cli(capsys, "deploy", files / "conv.onnx", "--target", "loihi2",
-                           "--calibration-data", files / "img.npy", "--out", tmp_path / "r")
-    assert_user_error(code, err, "loihi2 cannot run conv.onnx", "operator Conv", "host-cpu")
+@pytest.mark.lava
+def test_loihi2_runs_a_conv_relu_model_with_the_convolution_lowered_to_sparse_synapses(capsys, files, tmp_path):
+    out = tmp_path / "r"
+    code, _, err = run_cli(capsys, "deploy", files / "conv.onnx", "--target", "loihi2", "--calibration-data",
+                           files / "img.npy", "--eval-data", files / "img.npy", "--out", out, *FAST)
+    assert code == 0, err
+    r = json.loads((out / "report.json").read_text())
+    (row,) = [x for x in r["results"] if x["runtime"] == "lava"]
+    assert row["bit_exact_reference"]["max_abs_diff"] == 0
+    assert row["evaluation"]["metric"] == "fidelity" and row["evaluation"]["value"] > 15  # output SQNR, dB
+    first = row["energy"]["breakdown"]["placement"][0]
+    # the 3x3 convolution's matrix has at most 27 taps per output of its 3*8*8 inputs: stored sparsely
+    assert first["memory_bytes_per_core"] < 4 * 8 * 8 * 3 * 8 * 8
+
+
+def test_loihi2_refuses_a_max_pooling_model_naming_the_operator_before_any_work(capsys, tmp_path):
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                            torch.nn.Flatten(), torch.nn.Linear(4 * 4 * 4, 3))
+    _export(m, (torch.randn(2, 3, 8, 8),), tmp_path / "pool.onnx", ["img"], ["y"])
+    np.save(tmp_path / "img.npy", np.random.default_rng(0).normal(size=(8, 3, 8, 8)).astype(np.float32))
+    code, _, err = run_cli(capsys, "deploy", tmp_path / "pool.onnx", "--target", "loihi2",
+                           "--calibration-data", tmp_path / "img.npy", "--out", tmp_path / "r")
+    assert_user_error(code, err, "loihi2 cannot run pool.onnx", "operator MaxPool", "host-cpu")
     assert not (tmp_path / "r").exists()
 
 
