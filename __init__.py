@@ -20,7 +20,7 @@ from __future__ import annotations
 __version__ = "0.2.0"
 
 # no API name may equal a subpackage name: `from edgesmith import models` must give the package
-_API = ("deploy", "quantize", "export", "targets", "producers", "passes", "kinds")
+_API = ("deploy", "quantize", "export", "denoise", "targets", "producers", "passes", "kinds")
 
 __all__ = [*_API, "EdgesmithError", "__version__"]
 

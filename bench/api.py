@@ -241,6 +241,15 @@ def onnx_artifact(path: Path):
                                              "input_name": model.graph.input[0].name})
 
 
+def denoise(inp: str | os.PathLike, out: str | os.PathLike, *, variant: str = "dense", model: str | None = None,
+            force: bool = False, seed: int = 0, model_options: dict | None = None, progress: bool = False) -> list[dict]:
+    """Enhance a WAV file or a folder of them (``bench/denoise.py``); returns one record per file written."""
+    from edgesmith.bench.denoise import denoise as _denoise
+
+    return _denoise(inp, out, model=model, variant=variant, force=force, seed=seed, model_options=model_options,
+                    progress=progress)
+
+
 def targets() -> list[dict]:
     """Every target: formats, the model kinds it runs, its cost model with each coefficient's source."""
     from edgesmith.hardware import get_target, target_names

@@ -102,6 +102,17 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_denoise(args) -> int:
+    from edgesmith.bench.denoise import denoise
+
+    done = denoise(args.input, args.out, model=args.model, variant=args.variant, force=args.force, seed=args.seed,
+                   model_options=parse_key_values(args.model_option, "--model-option"), progress=not args.quiet)
+    for d in done:
+        print(f"wrote {d['out']} ({d['channels']} channel(s), {d['samples']} samples at {d['rate']} Hz"
+              + (", resampled for the model and back" if d["resampled"] else "") + ")")
+    return 0
+
+
 def cmd_quantize(args) -> int:
     res = api.quantize(args.model, args.pass_kind, out=args.out, options=parse_key_values(args.option, "--option"),
                        calibration=_load_calibration(args.calibration_data), n_calibration=args.n_calibration,
@@ -262,6 +273,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-option", dest="model_option", action="append", metavar="KEY=VALUE")
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("denoise", help="enhance a WAV file or a folder of them with an audio model (any rate, "
+                                        "channels and length)")
+    p.add_argument("input", help="a .wav file or a folder of .wav files")
+    p.add_argument("--out", required=True, help="the output .wav (a folder for a folder)")
+    p.add_argument("--variant", default="dense", choices=["dense", "sparse", "fixed"],
+                   help="dense float, 90%% sparse float, or the w8a16 fixed-point network (Numba twin of Lava)")
+    p.add_argument("--model", help="the audio producer (default: the only one registered)")
+    p.add_argument("--model-option", dest="model_option", action="append", metavar="KEY=VALUE")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force", action="store_true")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_denoise)
 
     p = sub.add_parser("quantize", help="apply one compression pass to a producer's model or an ONNX file")
     p.add_argument("model", help="a model name (see `edgesmith models`) or a path to an .onnx file")

@@ -30,6 +30,7 @@ class LrnnDenoiser(Producer):
     metric = Metric("si_snr", higher_is_better=True, unit="dB")
     kind = "stream"
     frame_seconds = HOP / SR  # one STFT hop: 8 ms of audio per input frame
+    audio_rate = SR  # `edgesmith denoise` resamples audio to this rate for the model, and back
 
     def __init__(self, seed: int = 0, tiny: bool = False, width: float | None = None, epochs: int | None = None):
         super().__init__(seed=seed)
@@ -107,3 +108,12 @@ class LrnnDenoiser(Producer):
 
     def report_notes(self) -> list[str]:
         return list(getattr(self, "user_notes_", None) or [])
+
+    def enhance_waveform(self, mask_fn, wave: np.ndarray) -> np.ndarray:
+        """One mono clip of any length at ``audio_rate`` -> the enhanced clip of the same length."""
+        from edgesmith.models.lrnn.data import apply_mask, istft
+
+        spec = stft(np.asarray(wave, np.float32)[None])
+        mask = torch.as_tensor(np.asarray(mask_fn(features(spec.abs()).numpy())))
+        return istft(apply_mask(spec, mask), len(wave)).numpy()[0]
+
