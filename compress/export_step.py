@@ -68,15 +68,18 @@ def export_step_onnx(model: nn.Module, path, *, accuracy_level: int = 4, opset: 
     bdim = int(getattr(model, "state_batch_dim", 0))
     state = model.zero_state(1)
     batch_first = [s.movedim(bdim, 0).contiguous() for s in state]
-    args = (torch.zeros(1, dtype=torch.long), *batch_first)
+    # a model may step on something other than a token: ``step_input = (name, dtype, per-sample shape)``
+    in_name, in_dtype, in_shape = getattr(model, "step_input", (TOKEN_INPUT, torch.long, ()))
+    out_name = getattr(model, "step_output", LOGITS_OUTPUT)
+    args = (torch.zeros((1, *in_shape), dtype=in_dtype), *batch_first)
     outs = [f"{n}_out" for n in names]
-    dyn = {n: {0: "batch"} for n in (TOKEN_INPUT, LOGITS_OUTPUT, *names, *outs)}
+    dyn = {n: {0: "batch"} for n in (in_name, out_name, *names, *outs)}
     buf = io.BytesIO()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(StepModule(m, type(state), bdim), args, buf, input_names=[TOKEN_INPUT, *names],
-                              output_names=[LOGITS_OUTPUT, *outs], opset_version=opset, dynamic_axes=dyn,
+            torch.onnx.export(StepModule(m, type(state), bdim), args, buf, input_names=[in_name, *names],
+                              output_names=[out_name, *outs], opset_version=opset, dynamic_axes=dyn,
                               dynamo=False)
     except Exception as e:  # the exporter raises many types
         raise EdgesmithError(f"ONNX export of the model's step failed: {str(e).splitlines()[0][:200]}",
@@ -84,7 +87,8 @@ def export_step_onnx(model: nn.Module, path, *, accuracy_level: int = 4, opset: 
     g = onnx.load_from_string(buf.getvalue())
     counts = rewrite_quantized(g, quantized, accuracy_level)
     onnx.checker.check_model(g, full_check=True)
-    spec = {"input": TOKEN_INPUT, "output": LOGITS_OUTPUT, "state": [[n, o] for n, o in zip(names, outs)],
+    spec = {"input": in_name, "output": out_name, "state": [[n, o] for n, o in zip(names, outs)],
+            "input_dtype": str(args[0].dtype).replace("torch.", ""),
             "state_shapes": {n: list(s.shape[1:]) for n, s in zip(names, batch_first)},
             "state_dtypes": {n: str(s.dtype).replace("torch.", "") for n, s in zip(names, batch_first)}}
     init_path = Path(str(path) + INIT_SUFFIX)
@@ -124,7 +128,7 @@ def _export_step(artifact: Artifact, config: ExportStepOnnxConfig, ctx: PassCont
     res = export_step_onnx(artifact.module, path, accuracy_level=config.accuracy_level, opset=config.opset,
                            force=True)
     meta = {k: v for k, v in artifact.meta.items() if k != "input_shape"}
-    meta.update(recurrent=res["recurrent"], input_dtype="int64")
+    meta.update(recurrent=res["recurrent"], input_dtype=res["recurrent"]["input_dtype"])
     new = Artifact("onnx", path=path, meta=meta)
     notes = [f"{res['matmulnbits']} linear(s) as MatMulNBits, {res['vq_gather']} as Gather-dequantize, "
              f"{res['fp32_matmul']} fp32 MatMul; the sequence loop runs outside the graph (state fed back)"]

@@ -284,6 +284,7 @@ class HostCpu(Target):
 
     def plan_stream(self, producer, options: PlanOptions, kopts) -> Plan:
         """Dense float, pruned float and the pruned w8a16 fixed-point network (Numba, bit-exact with Lava)."""
+        from edgesmith.compress.export_step import ExportStepOnnxConfig
         from edgesmith.compress.lrnn.fixed import ExportLrnnFixedConfig
         from edgesmith.compress.lrnn.train_passes import PruneLrnnConfig, QatLrnnConfig
 
@@ -291,6 +292,9 @@ class HostCpu(Target):
         prune = PruneLrnnConfig(sparsity=kopts.sparsity, epochs=kopts.prune_epochs, end=kopts.prune_end)
         variants = [
             Variant("dense", [], ["torch"], "the float model as trained (torch eager)"),
+            Variant("dense-step", [ExportStepOnnxConfig()], ["onnxruntime"],
+                    "the float model's streaming step (a frame and the state in, mask and state out), fed frame by "
+                    "frame in onnxruntime"),
             Variant("sparse", [prune], ["torch"], f"{kopts.sparsity:.0%} unstructured sparsity, float"),
             Variant("sparse-fixed", [prune, QatLrnnConfig(epochs=kopts.qat_epochs),
                                      ExportLrnnFixedConfig()], ["lrnn-ref"],

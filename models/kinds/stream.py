@@ -39,7 +39,7 @@ class StreamKind(Kind):
     default_batch_sizes = (1,)
     default_n_calibration = 32
     sequential_axis = 0
-    export_pass = "export-onnx"
+    export_pass = "export-step-onnx"  # the streaming step: one frame and the state in, output and state out
     Options: ClassVar = StreamOptions
     required = (("frame_seconds", "seconds of signal in one input frame"),)
 

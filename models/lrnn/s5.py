@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -161,6 +162,23 @@ class S5Block(nn.Module):
         return h + (y @ w1.T + self.w1.bias) * gate(y @ w2.T + self.w2.bias)
 
 
+class S5State(NamedTuple):
+    """The recurrence's state for ``S5Denoiser.step``: real and imaginary parts, (layers, batch, modes)."""
+
+    x_re: torch.Tensor
+    x_im: torch.Tensor
+
+
+def _discrete_real(ssm: "S5SSM") -> tuple[torch.Tensor, ...]:
+    """``S5SSM.discrete`` in real arithmetic (exportable): lambda_bar and B_bar as real and imaginary parts."""
+    a, w, dt = -torch.exp(ssm.log_neg_re), ssm.im, torch.exp(ssm.log_dt)
+    mag = torch.exp(a * dt)
+    lr, li = mag * torch.cos(w * dt), mag * torch.sin(w * dt)
+    den = a * a + w * w
+    zr, zi = ((lr - 1) * a + li * w) / den, (li * a - (lr - 1) * w) / den  # (lambda_bar - 1) / lambda
+    return lr, li, zr[:, None] * ssm.B_re - zi[:, None] * ssm.B_im, zr[:, None] * ssm.B_im + zi[:, None] * ssm.B_re
+
+
 class S5Denoiser(nn.Module):
     """Magnitude features (batch, T, 257) -> mask (batch, T, 257); causal in T."""
 
@@ -184,6 +202,29 @@ class S5Denoiser(nn.Module):
             h = blk(h, q)
         w_d = fake_quant(self.dec.weight) if q else self.dec.weight
         return h @ w_d.T + self.dec.bias
+
+    # the streaming step (``export-step-onnx``): one feature frame and the recurrence's state in, the
+    # frame's mask and the new state out; exactly ``forward`` evaluated frame by frame (float weights)
+    step_input = ("frame", torch.float32, (N_BINS,))
+    step_output = "mask"
+    state_batch_dim = 1
+
+    def zero_state(self, batch: int) -> S5State:
+        shape = (self.cfg.n_layers, batch, self.cfg.modes)
+        return S5State(torch.zeros(shape), torch.zeros(shape))
+
+    def step(self, frame: torch.Tensor, state: S5State) -> tuple[torch.Tensor, S5State]:
+        h = torch.relu(self.enc(frame))
+        xs_re, xs_im = [], []
+        for l, blk in enumerate(self.blocks):
+            u = blk.norm(h)
+            lr, li, br, bi = _discrete_real(blk.ssm)
+            x_re = lr * state.x_re[l] - li * state.x_im[l] + u @ br.T
+            x_im = lr * state.x_im[l] + li * state.x_re[l] + u @ bi.T
+            y = 2 * (x_re @ blk.ssm.C_re.T - x_im @ blk.ssm.C_im.T) + blk.ssm.D * u
+            h = h + blk.w1(y) * torch.sigmoid(blk.w2(y))
+            xs_re.append(x_re), xs_im.append(x_im)
+        return self.dec(h), S5State(torch.stack(xs_re), torch.stack(xs_im))
 
     def prunable(self) -> list[tuple[str, list[nn.Parameter]]]:
         """Weight groups iterative magnitude pruning acts on; one mask per group, from the group's magnitude.

@@ -122,7 +122,8 @@ def test_each_kind_gets_its_own_variants_on_the_host():
              ("token-lm", "stream", "tree-policy")}
     assert list(plans["token-lm"]) == ["fp32", "rtn-4bit"]
     assert [p.kind for p in plans["token-lm"]["rtn-4bit"].passes] == ["rwkv-rtn", "export-step-onnx"]
-    assert list(plans["stream"]) == ["dense", "sparse", "sparse-fixed"]
+    assert list(plans["stream"]) == ["dense", "dense-step", "sparse", "sparse-fixed"]
+    assert plans["stream"]["dense-step"].runtimes == ["onnxruntime"]  # the streaming step, state fed back
     assert plans["stream"]["sparse-fixed"].runtimes == ["lrnn-ref"]
     assert {n: v.runtimes for n, v in plans["tree-policy"].items()} == {"trees": ["trees"], "onnx": ["onnxruntime"],
                                                                          "c": ["c"]}

@@ -1,6 +1,7 @@
 """S5 model: the FFT-convolution recurrence equals the step loop, ZOH, conjugate symmetry, training helps."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -72,3 +73,33 @@ def test_tiny_producer_trains_to_better_than_untrained():
     assert prod.metric.name == "si_snr" and prod.metric.higher_is_better
     assert trained.value > before.value
     assert prod.input_shape == (63, 257)
+
+
+def test_the_streaming_step_is_the_forward_pass_frame_by_frame_and_exports_to_onnx(tmp_path):
+    import onnxruntime as ort
+
+    from edgesmith.compress.export_step import export_step_onnx
+
+    m = S5Denoiser(S5Config(width=0.25, n_layers=2), seed=3).eval()
+    with torch.no_grad():  # non-trivial norm statistics, as after training
+        for blk in m.blocks:
+            blk.norm.running_mean.uniform_(-0.5, 0.5)
+            blk.norm.running_var.uniform_(0.5, 2.0)
+    f = torch.rand(2, 25, 257)
+    with torch.no_grad():
+        ref = m(f)
+        state, outs = m.zero_state(2), []
+        for t in range(25):
+            o, state = m.step(f[:, t], state)
+            outs.append(o)
+    torch.testing.assert_close(torch.stack(outs, 1), ref, atol=1e-5, rtol=0)
+    spec = export_step_onnx(m, tmp_path / "step.onnx")["recurrent"]
+    assert spec["input"] == "frame" and spec["input_dtype"] == "float32"
+    sess = ort.InferenceSession(str(tmp_path / "step.onnx"))
+    feed = {n: np.zeros((2, *spec["state_shapes"][n]), np.float32) for n, _ in spec["state"]}
+    outs = []
+    for t in range(25):
+        o, *new = sess.run(None, {"frame": f[:, t].numpy(), **feed})
+        feed = dict(zip([n for n, _ in spec["state"]], new))
+        outs.append(o)
+    np.testing.assert_allclose(np.stack(outs, 1), ref.numpy(), atol=1e-5)
