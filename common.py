@@ -288,6 +288,9 @@ def check_finite_array(x: np.ndarray, what: str) -> np.ndarray:
 
 
 SOURCE_ROOT = Path(__file__).resolve().parent  # the checkout (or the installed package folder)
+# trained weights that ship with the repository, named as their cache entries (``cache_dir()/models/NAME``):
+# a cache miss loads them instead of training; see models/weights/README.md for how each was made
+SHIPPED_WEIGHTS = SOURCE_ROOT / "models" / "weights"
 
 
 def cache_dir() -> Path:
@@ -345,6 +348,12 @@ def cached(path: str | os.PathLike, make: Callable[[], Any], *, load: Callable[[
             return load(path), True
         except Exception:  # any unreadable or mismatched entry: rebuild
             path.unlink(missing_ok=True)
+    shipped = SHIPPED_WEIGHTS / path.name
+    if path.parent.name == "models" and shipped.exists():  # weights the repository ships under the same key
+        try:
+            return load(shipped), True
+        except Exception:  # a shipped file that no longer matches the code: train as if it were not there
+            pass
     value = make()
     with atomic_path(path, force=True) as tmp:
         save(value, tmp)

@@ -162,3 +162,21 @@ def test_an_interrupted_deploy_leaves_nothing_and_reruns_without_force(tmp_path,
                            capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-500:]
     assert (out / "report.json").exists() and not list(tmp_path.glob(".r.*.tmp"))
+
+
+def test_a_cache_miss_loads_the_shipped_weights_and_a_broken_shipped_file_is_retrained(tmp_path, monkeypatch):
+    import torch
+
+    import edgesmith.common as common
+
+    shipped = tmp_path / "weights"
+    shipped.mkdir()
+    monkeypatch.setattr(common, "SHIPPED_WEIGHTS", shipped)
+    torch.save({"w": torch.ones(3)}, shipped / "m-abc.pt")
+    built = []
+    value, hit = common.torch_cached(tmp_path / "cache" / "models" / "m-abc.pt", lambda: built.append(1) or {"w": torch.zeros(3)})
+    assert hit and not built and torch.equal(value["w"], torch.ones(3))
+    assert not (tmp_path / "cache" / "models" / "m-abc.pt").exists()  # the shipped file is read, not copied
+    (shipped / "m-bad.pt").write_bytes(b"not a checkpoint")
+    value, hit = common.torch_cached(tmp_path / "cache" / "models" / "m-bad.pt", lambda: {"w": torch.zeros(3)})
+    assert not hit and torch.equal(value["w"], torch.zeros(3))
