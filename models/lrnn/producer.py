@@ -91,10 +91,14 @@ class LrnnDenoiser(Producer):
                                      "put the noisy clips in noisy/ and their clean speech in clean/ (same names).")
             splits["test"], notes = test, notes + n
             self.user_frames_ = int(stft(test.noisy[:1]).shape[1])
+        cal_audio = splits["train"].noisy
         if calibration_data:
             cal, _, n = load_wav_folder(calibration_data, "calibration data")
-            self.user_calibration_ = features(stft(cal.noisy).abs()).numpy()
-            notes += n
+            cal_audio, notes = cal.noisy, notes + n
+        if eval_data:  # every clip of a run has one length: calibration clips are cut or zero-padded to the test's
+            length = splits["test"].noisy.shape[1]
+            cal_audio = np.pad(cal_audio, ((0, 0), (0, max(0, length - cal_audio.shape[1]))))[:, :length]
+        self.user_calibration_ = features(stft(cal_audio).abs()).numpy()
         self.splits_ = splits
         return notes
 

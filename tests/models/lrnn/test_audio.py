@@ -80,3 +80,22 @@ def test_deploy_scores_the_users_wavs(capsys, wav_dir, tmp_path):
     code = main(["deploy", "lrnn-denoiser", "--model-option", "tiny=true", "--target", "host-cpu",
                  "--eval-data", str(wav_dir / "noisy"), "--out", str(tmp_path / "r2")])
     assert code == 2 and "clean/" in capsys.readouterr().err  # noisy clips alone cannot be scored
+
+
+def test_clips_of_other_lengths_run_through_the_fixed_point_variant_too(capsys, denoiser, tmp_path):
+    from edgesmith.bench.cli import main
+
+    # 0.4-0.7 s clips (the tiny model's own are 0.5 s): padded to the longest; calibration cut to match
+    test = denoiser.splits()["test"]
+    (tmp_path / "noisy").mkdir(), (tmp_path / "clean").mkdir()
+    for i, n in enumerate((6400, 11000)):
+        x = np.concatenate([test.noisy[i], test.noisy[i + 1]])[:n]
+        c = np.concatenate([test.clean[i], test.clean[i + 1]])[:n]
+        wavfile.write(tmp_path / "noisy" / f"k{i}.wav", 16000, x), wavfile.write(tmp_path / "clean" / f"k{i}.wav", 16000, c)
+    code = main(["deploy", "lrnn-denoiser", "--model-option", "tiny=true", "--target", "host-cpu", "--variant",
+                 "sparse-fixed", "--eval-data", str(tmp_path), "--out", str(tmp_path / "r"), "--reps", "5",
+                 "--warmup", "1", "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    r = json.loads((tmp_path / "r" / "report.json").read_text())
+    (row,) = r["results"]
+    assert row["evaluation"]["n_samples"] == 2 and np.isfinite(row["evaluation"]["value"])
