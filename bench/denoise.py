@@ -10,7 +10,6 @@ atomically and never replace a file without ``force``.
 """
 from __future__ import annotations
 
-from math import gcd
 from pathlib import Path
 
 import numpy as np
@@ -77,36 +76,6 @@ def _fixed_masks(net, feats: np.ndarray) -> np.ndarray:
     return masks * float(net["mask_scale"])
 
 
-def read_audio(path: Path) -> tuple[int, np.ndarray, np.dtype]:
-    """(rate, (samples, channels) float32 in [-1, 1], the file's sample dtype)."""
-    from scipy.io import wavfile
-
-    try:
-        rate, x = wavfile.read(str(path))
-    except (ValueError, OSError, EOFError) as e:
-        raise EdgesmithError(f"{path}: not a readable WAV file ({e}).", "pass 16/24/32-bit PCM or float WAV files.") from None
-    dtype = x.dtype
-    if dtype.kind == "i":
-        y = x.astype(np.float64) / float(np.iinfo(dtype).max)
-    elif dtype.kind == "u":
-        y = (x.astype(np.float64) - 128.0) / 128.0
-    else:
-        y = x.astype(np.float64)
-    y = y.reshape(len(y), -1)
-    if y.size == 0 or not np.all(np.isfinite(y)):
-        raise EdgesmithError(f"{path}: the audio is empty or holds NaN/inf samples.", "pass finite, non-empty audio.")
-    return int(rate), y, dtype
-
-
-def _resample(x: np.ndarray, src: int, dst: int) -> np.ndarray:
-    from scipy.signal import resample_poly
-
-    if src == dst:
-        return x
-    g = gcd(src, dst)
-    return resample_poly(x, dst // g, src // g)
-
-
 def _to_dtype(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if dtype.kind == "i":
         top = np.iinfo(dtype).max
@@ -119,12 +88,14 @@ def _to_dtype(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
 def denoise_file(producer, mask_fn, src: Path, dst: Path, force: bool = False) -> dict:
     from scipy.io import wavfile
 
-    rate, x, dtype = read_audio(src)
+    from edgesmith.models.lrnn.audio import read_pcm, resample
+
+    rate, x, dtype = read_pcm(src)
     model_rate = type(producer).audio_rate
     out = np.zeros_like(x)
     for c in range(x.shape[1]):
-        y = producer.enhance_waveform(mask_fn, _resample(x[:, c], rate, model_rate).astype(np.float32))
-        back = _resample(np.asarray(y, np.float64), model_rate, rate)
+        y = producer.enhance_waveform(mask_fn, resample(x[:, c], rate, model_rate).astype(np.float32))
+        back = resample(np.asarray(y, np.float64), model_rate, rate)
         out[:, c] = np.pad(back, (0, max(0, len(x) - len(back))))[: len(x)]
     data = _to_dtype(out, dtype)
     with atomic_path(dst, force=force) as tmp:
@@ -152,8 +123,10 @@ def denoise(inp, out, *, model: str | None = None, variant: str = "dense", force
         raise EdgesmithError(f"{inp} does not exist.", "pass a WAV file or a folder of WAV files.")
     for t in targets:
         check_output(t, force=force, folder=False)
+    from edgesmith.models.lrnn.audio import read_pcm
+
     for f in files:  # every input is checked before any work: a bad file fails the whole run up front
-        read_audio(f)
+        read_pcm(f)
     producer = _audio_producer(model, seed, model_options or {}).build()
     with tempfile.TemporaryDirectory(prefix="edgesmith-denoise-") as tmp:
         mask_fn = _mask_fn(producer, variant, Path(tmp), seed)

@@ -16,32 +16,47 @@ from edgesmith.common import EdgesmithError
 from edgesmith.models.lrnn.data import SR, Split
 
 
-def read_wav(path: Path) -> tuple[np.ndarray, list[str]]:
-    """One WAV file as float32 in [-1, 1] at 16 kHz, and what was done to it."""
+def read_pcm(path: Path) -> tuple[int, np.ndarray, np.dtype]:
+    """(rate, (samples, channels) float64 in [-1, 1], the file's sample dtype) of one WAV file."""
     from scipy.io import wavfile
-    from scipy.signal import resample_poly
 
-    notes = []
     try:
         rate, x = wavfile.read(str(path))
     except (ValueError, OSError, EOFError) as e:
-        raise EdgesmithError(f"{path}: not a readable WAV file ({e}).", "pass PCM or float WAV files.") from None
-    if x.dtype.kind == "i":
-        x = x.astype(np.float32) / float(np.iinfo(x.dtype).max)
-    elif x.dtype.kind == "u":
-        x = (x.astype(np.float32) - 128.0) / 128.0
+        raise EdgesmithError(f"{path}: not a readable WAV file ({e}).", "pass 16/24/32-bit PCM or float WAV files.") from None
+    dtype = x.dtype
+    if dtype.kind == "i":
+        y = x.astype(np.float64) / float(np.iinfo(dtype).max)
+    elif dtype.kind == "u":
+        y = (x.astype(np.float64) - 128.0) / 128.0
     else:
-        x = x.astype(np.float32)
-    if x.ndim == 2:
-        x = x.mean(axis=1)
-        notes.append(f"{path.name}: channels averaged")
-    if x.size == 0 or not np.all(np.isfinite(x)):
+        y = x.astype(np.float64)
+    y = y.reshape(len(y), -1)
+    if y.size == 0 or not np.all(np.isfinite(y)):
         raise EdgesmithError(f"{path}: the audio is empty or holds NaN/inf samples.", "pass finite, non-empty audio.")
+    return int(rate), y, dtype
+
+
+def resample(x: np.ndarray, src: int, dst: int) -> np.ndarray:
+    """``x`` at rate ``src`` -> rate ``dst`` (polyphase filter); unchanged when the rates agree."""
+    from scipy.signal import resample_poly
+
+    if src == dst:
+        return x
+    g = gcd(int(src), int(dst))
+    return resample_poly(x, int(dst) // g, int(src) // g)
+
+
+def read_wav(path: Path) -> tuple[np.ndarray, list[str]]:
+    """One WAV file as float32 in [-1, 1] at 16 kHz (channels averaged), and what was done to it."""
+    rate, x, _ = read_pcm(path)
+    notes = []
+    if x.shape[1] > 1:
+        notes.append(f"{path.name}: channels averaged")
+    x = x.mean(axis=1)
     if rate != SR:
-        g = gcd(int(rate), SR)
-        x = resample_poly(x, SR // g, int(rate) // g).astype(np.float32)
         notes.append(f"{path.name}: resampled {rate} Hz -> {SR} Hz")
-    return x, notes
+    return resample(x, rate, SR).astype(np.float32), notes
 
 
 def _pad(clips: list[np.ndarray], n: int) -> np.ndarray:
