@@ -98,6 +98,6 @@ class LavaRuntime(Runtime):
                      sparse_synapses=sparse, lava_layers=worker["layers"], sim_wall_s=worker["sim_wall_s"],
                      build_wall_s=worker["build_wall_s"], steps_per_s=worker["steps_per_s"],
                      reference_weights_match=bool(same), threads="n/a (Lava simulator)")
-        last_v = np.asarray(worker["last_v"], np.int64) if worker.get("last_v") is not None else None
+        last_v = out["last_v"] if "last_v" in out else None  # the voltage readout's trace, when probed
         out_int = netx_ref.lava_outputs(net, messages, last_v)
         return {"output": netx_ref.descale(net, out_int).astype(np.float32), "output_int": out_int}, stats

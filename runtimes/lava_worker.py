@@ -15,7 +15,8 @@ are recorded for the activity counts (computed by the caller, with the reference
 
 OUT.npz: ``layer_messages_{i}`` (n_i, T) int64, ``lava_weight_{i}`` (the weights Lava's Dense
 multiplied with), ``stats_json`` (per-layer process types, weight_exp and num_weight_bits as netx set
-them, ``sim_wall_s``, ``build_wall_s``). On failure the script prints the error as its last stderr
+them, ``sim_wall_s``, ``build_wall_s``) and, when probed, ``last_v`` (n, T) int64: the last layer's voltage. On
+failure the script prints the error as its last stderr
 line and exits 1.
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ import numpy as np
 
 
 def run(net_path: str, in_messages: np.ndarray, sparse: bool, reset_interval: int = 0,
-        probe_v: bool = False) -> tuple[list, list, dict]:
+        probe_v: bool = False) -> tuple[list, list, dict, np.ndarray | None]:
     from lava.lib.dl import netx
     from lava.magma.core.run_conditions import RunSteps
     from lava.magma.core.run_configs import Loihi2SimCfg
@@ -79,17 +80,17 @@ def run(net_path: str, in_messages: np.ndarray, sparse: bool, reset_interval: in
                    for layer in net.layers],
         "sim_wall_s": sim_s, "build_wall_s": build_s, "steps_per_s": total / sim_s if sim_s > 0 else None,
     }
-    stats["last_v"] = last_v.tolist() if last_v is not None else None
-    return messages, weights, stats
+    return messages, weights, stats, last_v
 
 
-def save(path: str, messages: list, weights: list, stats: dict) -> None:
+def save(path: str, messages: list, weights: list, stats: dict, last_v: np.ndarray | None = None) -> None:
     """Write OUT.npz atomically: a reader never sees a half-written file."""
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".lava_out.", suffix=".npz", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, stats_json=np.array(json.dumps(stats)),
+            extra = {} if last_v is None else {"last_v": last_v}
+            np.savez(f, stats_json=np.array(json.dumps(stats)), **extra,
                      **{f"layer_messages_{i}": m for i, m in enumerate(messages)},
                      **{f"lava_weight_{i}": w for i, w in enumerate(weights)})
         os.replace(tmp, path)
@@ -107,8 +108,8 @@ def main(argv: list) -> int:
             net_path, in_messages, sparse = str(z["net_path"]), z["in_messages"], bool(z["sparse"])
             reset = int(z["reset_interval"]) if "reset_interval" in z else 0
             probe_v = bool(z["probe_v"]) if "probe_v" in z else False
-        messages, weights, stats = run(net_path, in_messages, sparse, reset, probe_v)
-        save(argv[2], messages, weights, stats)
+        messages, weights, stats, last_v = run(net_path, in_messages, sparse, reset, probe_v)
+        save(argv[2], messages, weights, stats, last_v)
     except Exception as e:  # reported to the parent process as the last stderr line
         import traceback
 
