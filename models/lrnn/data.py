@@ -1,10 +1,16 @@
-"""Noisy-speech data made on this machine: espeak-ng speech + generated noise, 16 kHz, fixed splits.
+"""Noisy-speech data made on this machine: espeak-ng talkers + recorded-free noises, 16 kHz, fixed splits.
 
-No download: each clip is a random sentence spoken by ``espeak-ng`` (voice, speed and pitch drawn
-per clip), resampled 22.05 -> 16 kHz and mixed with one of several generated noises (white, pink,
-brown, amplitude-modulated, hum with harmonics, narrow-band babble-like) at an SNR from
-``DataConfig.snrs_db``. Train, validation and test use disjoint seeds (so disjoint sentences and
-noise draws); the arrays are cached under ``edgesmith.common.cache_dir()`` keyed by the config.
+No download. Speech: random sentences spoken by ``espeak-ng`` (accent + voice variant, speed and pitch drawn
+per utterance), resampled 22.05 -> 16 kHz. Two disjoint worlds (``TRAIN`` and ``HELDOUT``): their accents,
+voice variants and vocabularies share nothing, so the held-out test split has voices and sentences the
+model never heard. Noise (``NOISES``): white, pink, brown, amplitude-modulated, mains hum, babble of 3-6 real
+talkers (espeak-ng utterances of the same world, never the target sentence), keyboard-like clicks, tone
+sequences (alarms, melodies) and wind gusts; each clip draws its own noise, so held-out noise is new audio.
+Augmentation: speech level -35..-15 dBFS, a synthetic room (exponentially decaying noise tail, RT60
+0.15-0.6 s) with probability ``reverb_p`` (the target is then the reverberant speech: this is a denoiser,
+not a dereverberator), SNR from ``DataConfig.snrs_db``. The train and validation splits use the ``TRAIN``
+world; the test split is the held-out set. Splits are cached under ``edgesmith.common.cache_dir()`` by a
+hash of the config.
 
 Signal processing of the paper (Intel N-DNS setting): STFT with nfft 512, hop 128 (8 ms at 16 kHz)
 and a periodic Hann window; the model sees the magnitude (log-compressed, ``features``) and returns
@@ -30,29 +36,63 @@ SR = 16_000
 NFFT = 512
 HOP = 128
 N_BINS = NFFT // 2 + 1
-NOISES = ("white", "pink", "brown", "modulated", "hum", "babble")
-VOICES = ("en-us", "en-gb", "en-gb-scotland", "en-029", "en-gb-x-rp", "en-us+f3", "en-gb+f2", "en-us+m3",
-          "en+f4", "en-gb-x-gbclan")
-WORDS = (
-    "the a one two three four five six seven eight nine ten red green blue yellow black white small large "
-    "quick slow happy quiet loud bright dark warm cold early late river mountain city garden window table "
-    "water music paper engine signal sensor robot model network morning evening winter summer spring autumn "
-    "travel listen speak open close start stop build carry follow bring watch learn teach write read move "
-    "under over after before near far inside outside always never often today tomorrow yesterday because "
-    "station market doctor teacher student friend family animal forest ocean island bridge tower street "
-    "number letter question answer picture story voice sound light power energy battery circuit memory"
-).split()
+NOISES = ("white", "pink", "brown", "modulated", "hum", "babble", "clicks", "tones", "wind")
+
+
+@dataclass(frozen=True)
+class World:
+    """Who speaks and what they say: espeak-ng accents x voice variants, and a vocabulary."""
+
+    accents: tuple[str, ...]
+    variants: tuple[str, ...]
+    words: tuple[str, ...]
+
+    def voice(self, rng: np.random.Generator) -> str:
+        variant = str(rng.choice(self.variants))
+        return str(rng.choice(self.accents)) + (f"+{variant}" if variant else "")
+
+
+TRAIN = World(
+    accents=("en-us", "en-gb", "en-gb-scotland", "en-029", "en-gb-x-rp"),
+    variants=("", "m1", "m2", "m3", "m4", "f1", "f2", "f3", "klatt", "klatt2", "Andy", "Annie", "adam", "ed",
+              "grandma", "john", "linda", "max", "paul"),
+    words=tuple((
+        "the a one two three four five six seven eight nine ten red green blue yellow black white small large "
+        "quick slow happy quiet loud bright dark warm cold early late river mountain city garden window table "
+        "water music paper engine signal sensor robot model network morning evening winter summer spring autumn "
+        "travel listen speak open close start stop build carry follow bring watch learn teach write read move "
+        "under over after before near far inside outside always never often today tomorrow yesterday because "
+        "station market doctor teacher student friend family animal forest ocean island bridge tower street "
+        "number letter question answer picture story voice sound light power energy battery circuit memory"
+    ).split()),
+)
+HELDOUT = World(
+    accents=("en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-us-nyc"),
+    variants=("m5", "m6", "m7", "f4", "f5", "klatt4", "Alicia", "belinda", "benjamin", "david", "norbert"),
+    words=tuple((
+        "my your our their this that some every many few eleven twelve twenty hundred purple orange silver golden "
+        "gentle brave careful honest strange simple famous ancient modern tiny huge kitchen library hospital "
+        "airport village castle desert valley harbor meadow candle pillow blanket mirror ladder basket bottle "
+        "coffee bread cheese apple lemon tomato carrot rabbit horse eagle dolphin tiger monkey dance jump climb "
+        "swim paint cook clean wash sing laugh smile wonder remember forget promise borrow explain arrive leave "
+        "quickly slowly softly suddenly rarely perhaps almost maybe during until through across against"
+    ).split()),
+)
 
 
 @dataclass(frozen=True)
 class DataConfig(Config):
-    """Sizes of the splits (clips), clip length (s), mixing SNRs (dB) and the seed; ``tiny()`` for tests."""
+    """Sizes of the splits (clips), clip length (s), mixing SNRs (dB), reverberation probability and the seed;
+    ``tiny()`` for tests. ``n_utterances`` sentences per world are synthesized once and shared by the clips
+    (as the target or as babble talkers)."""
 
-    n_train: int = 384
-    n_val: int = 48
-    n_test: int = 48
+    n_train: int = 2048
+    n_val: int = 64
+    n_test: int = 108
     clip_s: float = 2.0
     snrs_db: tuple[float, ...] = (-5.0, 0.0, 5.0, 10.0, 15.0)
+    reverb_p: float = 0.3
+    n_utterances: int = 600
     seed: int = 0
 
     def validate(self) -> None:
@@ -63,10 +103,14 @@ class DataConfig(Config):
             self._fail("clip_s", f"is {self.clip_s}", "use a clip length from 0.1 to 30 s.")
         if not self.snrs_db:
             self._fail("snrs_db", "is empty", "give at least one mixing SNR in dB.")
+        if not 0.0 <= self.reverb_p <= 1.0:
+            self._fail("reverb_p", f"is {self.reverb_p}", "use a probability from 0 to 1.")
+        if self.n_utterances < 8:
+            self._fail("n_utterances", f"is {self.n_utterances}", "use at least 8 sentences per world (babble needs talkers).")
 
     @classmethod
     def tiny(cls, seed: int = 0) -> "DataConfig":
-        return cls(n_train=8, n_val=4, n_test=4, clip_s=0.5, seed=seed)
+        return cls(n_train=8, n_val=4, n_test=4, clip_s=0.5, n_utterances=16, seed=seed)
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
@@ -83,6 +127,9 @@ class Split:
 
     def __len__(self) -> int:
         return len(self.noisy)
+
+    def subset(self, idx) -> "Split":
+        return Split(self.noisy[idx], self.clean[idx], self.snr_db[idx], self.noise[idx])
 
 
 def espeak_binary() -> str:
@@ -112,15 +159,45 @@ def synthesize(text: str, voice: str, speed: int, pitch: int, workdir: Path) -> 
     return x
 
 
-def make_noise(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
-    """One of ``NOISES``, ``n`` samples, unit RMS."""
+def utterances(world: World, n: int, seed: int, workdir: Path) -> list[np.ndarray]:
+    """``n`` sentences of 3-10 words of ``world``'s vocabulary, each by a voice of ``world``."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        words = rng.choice(world.words, size=int(rng.integers(3, 11)))
+        x = synthesize(" ".join(words), world.voice(rng), int(rng.integers(130, 200)), int(rng.integers(25, 85)),
+                       workdir)
+        nz = np.flatnonzero(np.abs(x) > 1e-4)  # espeak pads silence at both ends
+        out.append(x[nz[0] : nz[-1] + 1] if len(nz) else x)
+    return out
+
+
+def _place(x: np.ndarray, length: int, rng: np.random.Generator) -> np.ndarray:
+    """``x`` cut to ``length`` (at a random offset) or placed at a random offset in zeros."""
+    out = np.zeros(length, np.float32)
+    if len(x) >= length:
+        start = int(rng.integers(0, len(x) - length + 1))
+        out[:] = x[start : start + length]
+    else:
+        start = int(rng.integers(0, length - len(x) + 1))
+        out[start : start + len(x)] = x
+    return out
+
+
+def _unit(x) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    return (x / (np.sqrt(np.mean(x ** 2)) + 1e-12)).astype(np.float32)
+
+
+def make_noise(kind: str, n: int, rng: np.random.Generator, talkers: list[np.ndarray] | None = None) -> np.ndarray:
+    """One of ``NOISES``, ``n`` samples, unit RMS; ``babble`` sums 3-6 of ``talkers`` (utterances)."""
     t = np.arange(n) / SR
     white = rng.standard_normal(n)
+    f = np.maximum(np.fft.rfftfreq(n, 1 / SR), 20.0)
     if kind == "white":
         x = white
     elif kind in ("pink", "brown"):
         spec = np.fft.rfft(white)
-        f = np.maximum(np.fft.rfftfreq(n, 1 / SR), 20.0)
         spec /= np.sqrt(f) if kind == "pink" else f
         x = np.fft.irfft(spec, n)
     elif kind == "modulated":
@@ -130,47 +207,81 @@ def make_noise(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
         f0 = rng.choice([50.0, 60.0]) * rng.uniform(0.98, 1.02)
         x = sum(np.sin(2 * np.pi * f0 * k * t + rng.uniform(0, 2 * np.pi)) / k for k in range(1, 12))
         x = x + 0.1 * white
-    elif kind == "babble":  # several random formant-like bands with syllable-rate envelopes
-        spec = np.fft.rfft(white)
-        f = np.fft.rfftfreq(n, 1 / SR)
-        band = sum(np.exp(-0.5 * ((f - rng.uniform(200, 3500)) / rng.uniform(80, 300)) ** 2) for _ in range(6))
-        x = np.fft.irfft(spec * band, n) * (1.0 + 0.8 * np.sin(2 * np.pi * rng.uniform(3, 6) * t))
+    elif kind == "babble":
+        if not talkers:
+            raise EdgesmithError("babble noise needs talkers (utterances to sum).", "pass talkers=[...] to make_noise.")
+        picks = rng.choice(len(talkers), size=min(len(talkers), int(rng.integers(3, 7))), replace=False)
+        x = sum(_unit(_place(np.tile(talkers[i], 1 + n // max(1, len(talkers[i]))), n, rng))
+                * 10 ** (rng.uniform(-6, 0) / 20) for i in picks)
+    elif kind == "clicks":  # keyboard / dishes: decaying bursts of band-passed noise at random times
+        x = 0.02 * white
+        for _ in range(int(rng.integers(4, 12) * n / SR) + 1):
+            at, dur = int(rng.integers(0, n)), int(rng.uniform(0.005, 0.04) * SR)
+            seg = rng.standard_normal(dur) * np.exp(-np.arange(dur) / (dur / 5)) * rng.uniform(0.3, 1.0)
+            seg = np.diff(seg, prepend=0.0) if rng.random() < 0.5 else seg  # brighter clicks
+            x[at : at + dur] += seg[: n - at]
+    elif kind == "tones":  # alarms and melodies: a sequence of notes with a few harmonics
+        x, pos = np.zeros(n), 0
+        while pos < n:
+            dur = int(rng.uniform(0.08, 0.4) * SR)
+            f0 = 220.0 * 2 ** (int(rng.integers(0, 30)) / 12)
+            tt = np.arange(min(dur, n - pos)) / SR
+            note = sum(np.sin(2 * np.pi * f0 * k * tt) * rng.uniform(0.2, 1.0) / k for k in range(1, 5))
+            x[pos : pos + len(tt)] = note * np.minimum(1.0, np.minimum(tt, tt[::-1]) / 0.01 + 1e-3)
+            pos += dur + int(rng.uniform(0.0, 0.15) * SR)
+        x = x + 0.01 * white
+    elif kind == "wind":  # low-passed noise with slow gusts
+        spec = np.fft.rfft(white) / (1.0 + (f / rng.uniform(150, 600)) ** 2)
+        gust = np.fft.irfft(np.fft.rfft(rng.standard_normal(n)) * (np.fft.rfftfreq(n, 1 / SR) < rng.uniform(0.5, 2)), n)
+        x = np.fft.irfft(spec, n) * (1.0 + 2.0 * np.abs(gust) / (np.abs(gust).max() + 1e-12))
     else:
         raise EdgesmithError(f"unknown noise kind {kind!r}.", f"use one of {', '.join(NOISES)}.")
-    x = np.asarray(x, np.float64)
-    return (x / (np.sqrt(np.mean(x ** 2)) + 1e-12)).astype(np.float32)
+    return _unit(x)
 
 
-def _make_split(n: int, cfg: DataConfig, seed: int, workdir: Path) -> Split:
+def room(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``x`` in a synthetic room: direct path + exponentially decaying noise tail (RT60 0.15-0.6 s)."""
+    from scipy.signal import fftconvolve
+
+    rt60 = rng.uniform(0.15, 0.6)
+    tt = np.arange(int(rt60 * SR)) / SR
+    rir = rng.standard_normal(len(tt)) * np.exp(-6.9 * tt / rt60) * rng.uniform(0.05, 0.3)
+    rir[0] = 1.0
+    return fftconvolve(x, rir)[: len(x)].astype(np.float32)
+
+
+def _make_split(n: int, cfg: DataConfig, seed: int, speech: list[np.ndarray]) -> Split:
     rng = np.random.default_rng(seed)
     length = int(round(cfg.clip_s * SR))
     noisy, clean = np.zeros((n, length), np.float32), np.zeros((n, length), np.float32)
     snrs, kinds = np.zeros(n, np.float32), []
     for i in range(n):
-        words = rng.choice(WORDS, size=int(rng.integers(3, 9)))
-        speech = synthesize(" ".join(words), str(rng.choice(VOICES)), int(rng.integers(130, 200)),
-                            int(rng.integers(30, 80)), workdir)
-        speech = speech[: length]
-        start = int(rng.integers(0, length - len(speech) + 1))
-        s = np.zeros(length, np.float32)
-        s[start : start + len(speech)] = speech
-        s *= 10 ** (rng.uniform(-30, -20) / 20) / (np.sqrt(np.mean(s ** 2)) + 1e-12)  # speech at -30..-20 dBFS
+        target = int(rng.integers(len(speech)))
+        s = _place(speech[target], length, rng)
+        if rng.random() < cfg.reverb_p:
+            s = room(s, rng)
+        s *= 10 ** (rng.uniform(-35, -15) / 20) / (np.sqrt(np.mean(s ** 2)) + 1e-12)
         kind = NOISES[i % len(NOISES)] if n >= len(NOISES) else str(rng.choice(NOISES))
         snr = float(cfg.snrs_db[int(rng.integers(len(cfg.snrs_db)))])
-        noise = make_noise(kind, length, rng) * np.sqrt(np.mean(s ** 2)) * 10 ** (-snr / 20)
-        clean[i], noisy[i], snrs[i] = s, s + noise, snr
+        talkers = speech[:target] + speech[target + 1 :]
+        noise = make_noise(kind, length, rng, talkers) * np.sqrt(np.mean(s ** 2)) * 10 ** (-snr / 20)
+        peak = max(1.0, float(np.abs(s + noise).max()) / 0.99)  # no clipping: scale both, the SNR stays
+        clean[i], noisy[i], snrs[i] = s / peak, (s + noise) / peak, snr
         kinds.append(kind)
     return Split(noisy, clean, snrs, np.array(kinds))
 
 
 def load_splits(cfg: DataConfig) -> dict[str, Split]:
-    """{"train", "val", "test"} for ``cfg``: made once (seconds to a minute), then read from the cache."""
+    """{"train", "val", "test"} for ``cfg`` (test is the held-out world): made once, then read from the cache."""
     path = cache_dir() / "lrnn-data" / f"speech-{cfg.key()}.npz"
     if not path.exists():
         arrays = {}
         with tempfile.TemporaryDirectory(prefix="edgesmith-espeak-") as tmp:
-            for j, (name, n) in enumerate((("train", cfg.n_train), ("val", cfg.n_val), ("test", cfg.n_test))):
-                split = _make_split(int(n), cfg, cfg.seed * 1000 + 17 * (j + 1), Path(tmp))
+            pools = {"train": utterances(TRAIN, cfg.n_utterances, cfg.seed * 1000 + 1, Path(tmp)),
+                     "heldout": utterances(HELDOUT, max(8, cfg.n_utterances // 3), cfg.seed * 1000 + 2, Path(tmp))}
+            for j, (name, n, pool) in enumerate((("train", cfg.n_train, "train"), ("val", cfg.n_val, "train"),
+                                                 ("test", cfg.n_test, "heldout"))):
+                split = _make_split(int(n), cfg, cfg.seed * 1000 + 17 * (j + 1), pools[pool])
                 arrays.update({f"{name}_{k}": v for k, v in vars(split).items()})
         with atomic_path(path, force=True) as tmp_path:
             with open(tmp_path, "wb") as f:

@@ -55,20 +55,18 @@ def prepare(split: Split) -> Prepared:
     return Prepared(spec, features(spec.abs()), clean, stft(clean).abs(), split.noisy)
 
 
-def _loss(model, data: Prepared, idx: torch.Tensor) -> torch.Tensor:
-    mask = model(data.feat[idx])
-    est_spec = apply_mask(data.spec[idx], mask)
+def _loss(model, data: Prepared) -> torch.Tensor:
+    mask = model(data.feat)
+    est_spec = apply_mask(data.spec, mask)
     est = istft(est_spec, data.clean.shape[1])
-    ref = data.clean[idx]
-    mse = torch.mean((est_spec.abs() - data.clean_mag[idx]) ** 2)
-    return 0.001 * mse + 100.0 - si_snr(est, ref).mean()
+    mse = torch.mean((est_spec.abs() - data.clean_mag) ** 2)
+    return 0.001 * mse + 100.0 - si_snr(est, data.clean).mean()
 
 
 def train(model: torch.nn.Module, train_split: Split, cfg: TrainConfig,
           after_step: Callable[[int, int], None] | None = None, log: Callable[[str], None] | None = None) -> dict:
     """Adam over shuffled clips for ``cfg.epochs`` epochs; returns a small history."""
     seed_everything(cfg.seed)
-    data = prepare(train_split)
     n = len(train_split)
     steps_per_epoch = max(1, int(np.ceil(n / cfg.batch)))
     total = steps_per_epoch * cfg.epochs
@@ -85,7 +83,7 @@ def train(model: torch.nn.Module, train_split: Split, cfg: TrainConfig,
             losses = []
             for i in range(0, n, cfg.batch):
                 opt.zero_grad()
-                loss = _loss(model, data, perm[i : i + cfg.batch])
+                loss = _loss(model, prepare(train_split.subset(perm[i : i + cfg.batch].numpy())))  # STFT per batch: bounded memory
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 opt.step()
@@ -130,4 +128,5 @@ def score(mask_fn: MaskFn, split: Split, with_stoi: bool = False) -> dict:
     if with_stoi:
         out["stoi"] = float(np.nanmean(stoi(est, split.clean)))
         out["stoi_noisy"] = float(np.nanmean(stoi(split.noisy, split.clean)))
+        out["stoi_gain"] = out["stoi"] - out["stoi_noisy"]
     return out

@@ -80,3 +80,34 @@ def test_configs_round_trip_through_json_and_reject_unknown_options():
         assert type(cfg).from_dict(json.loads(cfg.to_json())) == cfg
     with pytest.raises(EdgesmithError, match="no option"):
         D.DataConfig.from_dict({"n_trian": 3})
+
+
+def test_the_held_out_world_shares_no_accent_voice_variant_or_word_with_training():
+    # the test split is the held-out set: a model must be scored on voices and sentences it never heard
+    assert not set(D.TRAIN.accents) & set(D.HELDOUT.accents)
+    assert not set(D.TRAIN.variants) & set(D.HELDOUT.variants)
+    assert not set(D.TRAIN.words) & set(D.HELDOUT.words)
+
+
+def test_every_noise_kind_is_unit_rms_and_babble_is_made_of_talkers():
+    rng = np.random.default_rng(0)
+    talkers = [np.sin(np.arange(4000) * f).astype(np.float32) for f in (0.05, 0.11, 0.2, 0.3)]
+    for kind in D.NOISES:
+        x = D.make_noise(kind, 8000, rng, talkers)
+        assert x.shape == (8000,) and np.isfinite(x).all()
+        assert np.sqrt(np.mean(x.astype(np.float64) ** 2)) == pytest.approx(1.0, rel=1e-3)
+    with pytest.raises(EdgesmithError, match="talkers"):
+        D.make_noise("babble", 8000, rng)
+
+
+def test_test_split_cycles_through_every_noise_type_when_large_enough():
+    split = D._make_split(len(D.NOISES), D.DataConfig.tiny(), 5, [np.ones(3000, np.float32) * 0.1] * 8)
+    assert sorted(split.noise) == sorted(D.NOISES)
+
+
+def test_a_room_keeps_the_length_and_adds_a_decaying_tail():
+    x = np.zeros(16000, np.float32)
+    x[100] = 1.0
+    y = D.room(x, np.random.default_rng(1))
+    assert y.shape == x.shape and y[100] == pytest.approx(1.0) and np.abs(y[2000:4000]).max() > 0
+    assert np.abs(y[:100]).max() < 1e-6  # causal: nothing before the direct sound (FFT rounding aside)
