@@ -241,12 +241,14 @@ def onnx_artifact(path: Path):
                                              "input_name": model.graph.input[0].name})
 
 
-def denoise(inp: str | os.PathLike, out: str | os.PathLike, *, variant: str = "dense", model: str | None = None,
-            force: bool = False, seed: int = 0, model_options: dict | None = None, progress: bool = False) -> list[dict]:
+def denoise(inp: str | os.PathLike, out: str | os.PathLike, *, variant: str = "dense", runtime: str | None = None,
+            downmix: bool = False, model: str | None = None, force: bool = False, seed: int = 0,
+            model_options: dict | None = None, progress: bool = False) -> list[dict]:
     """Enhance a WAV file or a folder of them (``bench/denoise.py``); returns one record per file written."""
     from edgesmith.bench.denoise import denoise as _denoise
 
-    return _denoise(inp, out, model=model, variant=variant, force=force, seed=seed, model_options=model_options,
+    return _denoise(inp, out, model=model, variant=variant, runtime=runtime, downmix=downmix, force=force, seed=seed,
+                    model_options=model_options,
                     progress=progress)
 
 

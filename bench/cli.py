@@ -105,11 +105,14 @@ def cmd_export(args) -> int:
 def cmd_denoise(args) -> int:
     from edgesmith.bench.denoise import denoise
 
-    done = denoise(args.input, args.out, model=args.model, variant=args.variant, force=args.force, seed=args.seed,
-                   model_options=parse_key_values(args.model_option, "--model-option"), progress=not args.quiet)
+    done = denoise(args.input, args.out, model=args.model, variant=args.variant, runtime=args.runtime,
+                   downmix=args.downmix, force=args.force, seed=args.seed,
+                   model_options=parse_key_values(args.model_option, "--model-option"),
+                   progress=not args.quiet)
     for d in done:
         print(f"wrote {d['out']} ({d['channels']} channel(s), {d['samples']} samples at {d['rate']} Hz"
-              + (", resampled for the model and back" if d["resampled"] else "") + ")")
+              + (", resampled for the model and back" if d["resampled"] else "")
+              + f"; {d['variant']} in {d['runtime']}, real-time factor {d['rtf']:.3f}, model alone {d['rtf_model']:.3f})")
     return 0
 
 
@@ -279,7 +282,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("input", help="a .wav file or a folder of .wav files")
     p.add_argument("--out", required=True, help="the output .wav (a folder for a folder)")
     p.add_argument("--variant", default="dense", choices=["dense", "sparse", "fixed"],
-                   help="dense float, 90%% sparse float, or the w8a16 fixed-point network (Numba twin of Lava)")
+                   help="dense float, 90%% sparse float, or the w8a16 fixed-point network")
+    p.add_argument("--runtime", choices=["torch", "onnxruntime", "lrnn-ref", "lava"],
+                   help="dense/sparse: torch (default, whole clip) or onnxruntime (exported streaming step, frame by "
+                        "frame); fixed: lrnn-ref (default, Numba) or lava (Lava's Loihi 2 simulator, slow)")
+    p.add_argument("--downmix", action="store_true", help="average the channels and write mono (default: each "
+                   "channel denoised on its own)")
     p.add_argument("--model", help="the audio producer (default: the only one registered)")
     p.add_argument("--model-option", dest="model_option", action="append", metavar="KEY=VALUE")
     p.add_argument("--seed", type=int, default=0)

@@ -3,10 +3,12 @@
 IN is a WAV file or a folder of them. Every channel of every file is resampled to the model's rate
 (polyphase filter), enhanced as one clip of any length, resampled back and written with the input's rate,
 channel count, length and sample format (16/32-bit integer or float PCM). ``variant`` picks the model the
-host-cpu plan builds: ``dense`` (the float model), ``sparse`` (pruned + quantization-aware fine-tuned, in
-float) or ``fixed`` (its w8a16 fixed-point network in the bit-exact Numba model of what Lava runs). The
-compressed variants are built by the plan's own passes (cached after the first run). Outputs are written
-atomically and never replace a file without ``force``.
+host-cpu plan builds: ``dense`` (the float model), ``sparse`` (90% pruned, float) or ``fixed`` (pruned,
+quantization-aware fine-tuned, w8a16 fixed point); ``runtime`` where it runs (``RUNTIMES``). The
+compressed variants are built by the plan's own passes from the shipped weights (cached after the first
+run; nothing trains). Each file's record carries its real-time factors (processing seconds per second of
+audio: the whole file, and the model alone). Outputs are written atomically and never replace a file
+without ``force``.
 """
 from __future__ import annotations
 
@@ -18,12 +20,17 @@ from tqdm import tqdm
 from edgesmith.common import EdgesmithError, atomic_path, check_output
 
 VARIANTS = {"dense": "dense", "sparse": "sparse", "fixed": "sparse-fixed"}
+# the runtimes each variant runs in, the default first: torch runs the float model on a whole clip (its
+# recurrence as an FFT convolution), onnxruntime its exported streaming step frame by frame with the state
+# carried, lrnn-ref the fixed-point network in Numba and lava the same network in Lava's Loihi 2 simulator
+RUNTIMES = {"dense": ("torch", "onnxruntime"), "sparse": ("torch", "onnxruntime"), "fixed": ("lrnn-ref", "lava")}
+RUNTIME_NAMES = {"torch": "torch", "onnxruntime": "onnxruntime", "lrnn-ref": "lrnn-ref", "lava": "lava-lrnn"}
 
 
 def _audio_producer(name: str | None, seed: int, options: dict):
-    from edgesmith.models import get_producer, producer_names
+    from edgesmith.models.base import get_producer, producer_class, producer_names
 
-    audio = [n for n in producer_names() if getattr(type(get_producer(n)), "audio_rate", None)]
+    audio = [n for n in producer_names() if getattr(producer_class(n), "audio_rate", None)]
     if name is None:
         if len(audio) != 1:
             raise EdgesmithError(f"several audio models are registered ({', '.join(audio)}).", "pick one with --model.")
@@ -33,47 +40,64 @@ def _audio_producer(name: str | None, seed: int, options: dict):
     return get_producer(name, seed=seed, **options)
 
 
-def _mask_fn(producer, variant: str, workdir: Path, seed: int):
-    """The variant's mask function: built by the host-cpu plan's passes and run in its first runtime."""
+def check_choice(variant: str, runtime: str | None) -> str:
+    """The runtime ``variant`` runs in (its default when None); a clear error for a pair that does not exist."""
+    if variant not in VARIANTS:
+        raise EdgesmithError(f"unknown variant {variant!r}.", f"use one of: {', '.join(VARIANTS)}.")
+    if runtime is None:
+        return RUNTIMES[variant][0]
+    if runtime not in RUNTIMES[variant]:
+        where = [v for v, rts in RUNTIMES.items() if runtime in rts]
+        raise EdgesmithError(f"the {variant} variant does not run in {runtime!r}.",
+                             f"use --runtime {' or '.join(RUNTIMES[variant])}"
+                             + (f", or --variant {' or '.join(where)} for {runtime}." if where else "."))
+    return runtime
+
+
+def mask_function(producer, variant: str, runtime: str | None, workdir: Path, seed: int = 0):
+    """The (variant, runtime) mask function, features (clips, frames, bins) -> masks: the variant is built by the
+    host-cpu plan's passes (cached), onnxruntime adds the streaming-step export."""
     import torch
 
     from edgesmith.bench.deploy import source_artifact
-    from edgesmith.compress import PassContext, run_passes
+    from edgesmith.compress import Artifact, PassContext, run_passes
+    from edgesmith.compress.export_step import ExportStepOnnxConfig
     from edgesmith.hardware import PlanOptions, get_target
     from edgesmith.runtimes import get_runtime
+    from edgesmith.runtimes.stateful import recurrent_spec, run_sequence
 
-    if variant not in VARIANTS:
-        raise EdgesmithError(f"unknown variant {variant!r}.", f"use one of: {', '.join(VARIANTS)}.")
-    def torch_fn(module):
+    runtime = check_choice(variant, runtime)
+    plan = get_target("host-cpu").plan(producer, PlanOptions(variants=[VARIANTS[variant]]))
+    (v,) = plan.variants
+    passes = list(v.passes) + ([ExportStepOnnxConfig()] if runtime == "onnxruntime" else [])
+    if passes:
+        ctx = PassContext(workdir=workdir, calibration=producer.calibration_data(32), seed=seed,
+                          train_data=producer.training_data() if v.passes else None,
+                          example_input=producer.example_inputs(1))
+        art, _ = run_passes(source_artifact(producer), passes, ctx)
+    else:
+        art = source_artifact(producer)
+    if runtime == "torch":  # a causal recurrent model: any number of frames in one call
+        module = art.module.eval()
+
         def run(f):
             with torch.inference_mode():
                 return module(torch.as_tensor(f, dtype=torch.float32)).numpy()
         return run
+    shape = (art.meta or {}).get("input_shape")
+    if shape:  # a stream model runs clips of any number of frames, whatever length it was calibrated on
+        art = Artifact(art.format, art.path, art.module, {**art.meta, "input_shape": [None, *shape[1:]]})
+    rt = get_runtime(RUNTIME_NAMES[runtime], threads=1).load(art)
+    spec = recurrent_spec(art.meta or {})
 
-    if variant == "dense":
-        return torch_fn(producer.module)
-    plan = get_target("host-cpu").plan(producer, PlanOptions(variants=[VARIANTS[variant]]))
-    (v,) = plan.variants
-    ctx = PassContext(workdir=workdir, calibration=producer.calibration_data(32), seed=seed,
-                      train_data=producer.training_data(), example_input=producer.example_inputs(1))
-    art, _ = run_passes(source_artifact(producer), v.passes, ctx)
-    if art.format == "lava":  # the fixed-point network: its Numba twin, on clips of any length
-        from edgesmith.compress.lrnn.fixed import load_net
-
-        net = load_net(art.path)
-        return lambda f: _fixed_masks(net, f)
-    if art.format == "torch":  # a causal recurrent model: any number of frames
-        return torch_fn(art.module.eval())
-    rt = get_runtime(v.runtimes[0], threads=1).load(art)
-    return lambda f: rt.run(np.asarray(f, np.float32)).outputs
-
-
-def _fixed_masks(net, feats: np.ndarray) -> np.ndarray:
-    from edgesmith.compress.lrnn.fixed import quantize_features
-    from edgesmith.runtimes.lrnn_ref import run_clips
-
-    masks, _ = run_clips(net, quantize_features(net, np.asarray(feats, np.float32)))
-    return masks * float(net["mask_scale"])
+    def run_rt(f):  # the runtime's own stats of the last call stay readable (Lava's simulation time, say)
+        if spec is not None:  # the streaming step: frame by frame, the state carried
+            out, run_rt.last_stats = run_sequence(rt, spec, np.asarray(f, np.float32))
+            return out
+        res = rt.run(np.asarray(f, np.float32))
+        run_rt.last_stats = res.stats
+        return res.outputs
+    return run_rt
 
 
 def _to_dtype(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -85,29 +109,72 @@ def _to_dtype(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return y.astype(dtype)
 
 
-def denoise_file(producer, mask_fn, src: Path, dst: Path, force: bool = False) -> dict:
+def pcm_bits(path: Path) -> int | None:
+    """Bits per sample of an integer PCM WAV file from its fmt chunk (scipy reads 24-bit audio as int32)."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    at = head.find(b"fmt ")
+    return int.from_bytes(head[at + 22 : at + 24], "little") if at >= 0 and len(head) >= at + 24 else None
+
+
+def _write_wav(path: Path, rate: int, data: np.ndarray, bits: int | None) -> None:
+    """``data`` (samples, channels) in the file's format; 24-bit PCM is written as 24-bit (the wave module)."""
+    if bits == 24 and data.dtype == np.int32:
+        import wave
+
+        b = (data.astype("<i4") >> 8).astype("<i4").view(np.uint8).reshape(-1, 4)[:, :3]  # low 3 bytes
+        with wave.open(str(path), "wb") as w:
+            w.setnchannels(data.shape[1])
+            w.setsampwidth(3)
+            w.setframerate(rate)
+            w.writeframes(b.tobytes())
+        return
     from scipy.io import wavfile
+
+    wavfile.write(str(path), rate, data[:, 0] if data.shape[1] == 1 else data)
+
+
+def denoise_file(producer, mask_fn, src: Path, dst: Path, force: bool = False, downmix: bool = False) -> dict:
+    """One WAV file: every channel enhanced (or their mean, with ``downmix``); the record has the file's shape
+    and its real-time factors."""
+    import time
 
     from edgesmith.models.lrnn.audio import read_pcm, resample
 
     rate, x, dtype = read_pcm(src)
+    if downmix:
+        x = x.mean(axis=1, keepdims=True)
     model_rate = type(producer).audio_rate
     out = np.zeros_like(x)
+    model_s = [0.0]
+
+    def timed(f):
+        t0 = time.perf_counter()
+        m = mask_fn(f)
+        model_s[0] += time.perf_counter() - t0
+        return m
+
+    t0 = time.perf_counter()
     for c in range(x.shape[1]):
-        y = producer.enhance_waveform(mask_fn, resample(x[:, c], rate, model_rate).astype(np.float32))
+        y = producer.enhance_waveform(timed, resample(x[:, c], rate, model_rate).astype(np.float32))
         back = resample(np.asarray(y, np.float64), model_rate, rate)
         out[:, c] = np.pad(back, (0, max(0, len(x) - len(back))))[: len(x)]
+    total_s = time.perf_counter() - t0
+    audio_s = len(x) / rate * x.shape[1]
     data = _to_dtype(out, dtype)
     with atomic_path(dst, force=force) as tmp:
-        wavfile.write(str(tmp), rate, data[:, 0] if data.shape[1] == 1 else data)
+        _write_wav(tmp, rate, data, pcm_bits(src) if dtype == np.int32 else None)
     return {"in": str(src), "out": str(dst), "rate": rate, "channels": int(x.shape[1]), "samples": int(len(x)),
-            "resampled": rate != model_rate}
+            "resampled": rate != model_rate, "audio_s": audio_s, "model_s": model_s[0], "total_s": total_s,
+            "rtf_model": model_s[0] / audio_s if audio_s else None, "rtf": total_s / audio_s if audio_s else None}
 
 
-def denoise(inp, out, *, model: str | None = None, variant: str = "dense", force: bool = False, seed: int = 0,
-            model_options: dict | None = None, progress: bool = True) -> list[dict]:
+def denoise(inp, out, *, model: str | None = None, variant: str = "dense", runtime: str | None = None,
+            downmix: bool = False, force: bool = False, seed: int = 0, model_options: dict | None = None, progress: bool = True) -> list[dict]:
     """Denoise a WAV file or a folder of them into ``out`` (a file, or a folder for a folder)."""
     import tempfile
+
+    runtime = check_choice(variant, runtime)
 
     inp, out = Path(inp), Path(out)
     if inp.is_dir():
@@ -129,10 +196,10 @@ def denoise(inp, out, *, model: str | None = None, variant: str = "dense", force
         read_pcm(f)
     producer = _audio_producer(model, seed, model_options or {}).build()
     with tempfile.TemporaryDirectory(prefix="edgesmith-denoise-") as tmp:
-        mask_fn = _mask_fn(producer, variant, Path(tmp), seed)
+        mask_fn = mask_function(producer, variant, runtime, Path(tmp), seed)
         if inp.is_dir():
             out.mkdir(parents=True, exist_ok=True)
         done = []
         for f, t in tqdm(list(zip(files, targets)), desc="denoise", unit="file", disable=not progress or len(files) < 2):
-            done.append(denoise_file(producer, mask_fn, f, t, force=force))
+            done.append({**denoise_file(producer, mask_fn, f, t, force=force, downmix=downmix), "variant": variant, "runtime": runtime})
     return done

@@ -159,6 +159,12 @@ def producer_names() -> list[str]:
     return sorted(_PRODUCERS)
 
 
+def producer_class(name: str) -> type[Producer] | None:
+    """The registered class of ``name`` (its class attributes, without building anything); None if unknown."""
+    _import_producers()
+    return _PRODUCERS.get(name)
+
+
 def get_producer(name: str, **kwargs) -> Producer:
     _import_producers()
     try:

@@ -89,8 +89,9 @@ class Runtime(ABC):
         return RunResult(np.asarray(out), stats)
 
     def _check_shape(self, x) -> None:
-        expected = self.artifact_.meta.get("input_shape")
-        if expected is not None and not isinstance(x, dict) and tuple(x.shape[1:]) != tuple(expected):
+        expected = self.artifact_.meta.get("input_shape")  # None as a dimension: any size (e.g. frames of a stream)
+        if expected is not None and not isinstance(x, dict) and (
+                len(x.shape) != len(expected) + 1 or any(e is not None and d != e for d, e in zip(x.shape[1:], expected))):
             raise EdgesmithError(
                 f"input has shape {tuple(x.shape)} but the model expects (batch, {', '.join(map(str, expected))}).",
                 "reshape the input to the model's input shape.",

@@ -58,3 +58,49 @@ def test_cli_refuses_non_audio_and_existing_outputs(capsys, tmp_path, noisy):
     (tmp_path / "empty").mkdir()
     code, _, err = run_cli(capsys, "denoise", tmp_path / "empty", "--out", tmp_path / "o")
     assert_user_error(code, err, "no .wav files")
+
+
+def test_the_streaming_step_in_onnxruntime_gives_the_torch_result(noisy, tmp_path):
+    # onnxruntime runs the exported step frame by frame with the state carried; torch runs the whole clip as an
+    # FFT convolution: the same causal model, so the same audio up to float rounding
+    src = noisy / "b_22k_float_stereo.wav"
+    a = denoise(src, tmp_path / "torch.wav", model_options=TINY, progress=False)[0]
+    b = denoise(src, tmp_path / "ort.wav", runtime="onnxruntime", model_options=TINY, progress=False)[0]
+    assert (a["runtime"], b["runtime"]) == ("torch", "onnxruntime")
+    np.testing.assert_allclose(wavfile.read(tmp_path / "ort.wav")[1], wavfile.read(tmp_path / "torch.wav")[1], atol=1e-4)
+    assert b["rtf"] > 0 and 0 < b["rtf_model"] <= b["rtf"]
+
+
+def test_a_variant_runtime_pair_that_does_not_exist_is_refused_with_the_fix(capsys, noisy, tmp_path):
+    code, _, err = run_cli(capsys, "denoise", noisy / "a_16k_int16.wav", "--out", tmp_path / "o.wav",
+                           "--runtime", "lava", "--model-option", "tiny=true")
+    assert_user_error(code, err, "does not run in 'lava'", "--variant fixed")
+    assert not (tmp_path / "o.wav").exists()
+
+
+def test_24bit_audio_comes_back_24bit_and_downmix_writes_mono(tmp_path):
+    import wave
+
+    x = get_producer("lrnn-denoiser", tiny=True).splits()["test"].noisy[0]
+    pcm = (np.stack([x, 0.5 * x], 1) * 2 ** 22).astype("<i4")
+    with wave.open(str(tmp_path / "in24.wav"), "wb") as w:
+        w.setnchannels(2), w.setsampwidth(3), w.setframerate(44100)
+        w.writeframes(pcm.view(np.uint8).reshape(-1, 4)[:, :3].tobytes())
+    denoise(tmp_path / "in24.wav", tmp_path / "out24.wav", model_options=TINY, progress=False)
+    with wave.open(str(tmp_path / "out24.wav")) as w:
+        assert (w.getsampwidth(), w.getnchannels(), w.getframerate(), w.getnframes()) == (3, 2, 44100, len(x))
+    rec = denoise(tmp_path / "in24.wav", tmp_path / "mono.wav", downmix=True, model_options=TINY, progress=False)[0]
+    with wave.open(str(tmp_path / "mono.wav")) as w:
+        assert (w.getsampwidth(), w.getnchannels(), w.getnframes()) == (3, 1, len(x))
+    assert rec["channels"] == 1
+
+
+@pytest.mark.lava
+def test_the_fixed_network_in_lava_writes_the_lrnn_ref_audio(noisy, tmp_path):
+    x = get_producer("lrnn-denoiser", tiny=True).splits()["test"].noisy[1][:3200]  # 0.2 s: 26 frames in Lava
+    wavfile.write(tmp_path / "x.wav", 16000, x.astype(np.float32))
+    ref = denoise(tmp_path / "x.wav", tmp_path / "ref.wav", variant="fixed", model_options=TINY, progress=False)[0]
+    lava = denoise(tmp_path / "x.wav", tmp_path / "lava.wav", variant="fixed", runtime="lava", model_options=TINY,
+                   progress=False)[0]
+    assert (ref["runtime"], lava["runtime"]) == ("lrnn-ref", "lava")
+    np.testing.assert_array_equal(wavfile.read(tmp_path / "lava.wav")[1], wavfile.read(tmp_path / "ref.wav")[1])
