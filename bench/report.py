@@ -88,6 +88,7 @@ def render_markdown(report: dict) -> str:
             + (f": {e['method']}" if e.get("method") else "")
             + " |"
         )
+    lines += _evaluation_detail(report["results"])
     if report.get("failed_runs"):
         lines += ["", "## Runs that failed (no figures for these)", "", "| variant | runtime | error |", "|---|---|---|"]
         for f in report["failed_runs"]:
@@ -311,3 +312,23 @@ def write_report(report: dict, folder: Path) -> None:
     report["plots"] = plot_report(report, folder)
     write_json(folder / "report.json", report)
     (folder / "report.md").write_text(render_markdown(report))
+
+
+def _evaluation_detail(results: list[dict], max_columns: int = 8) -> list[str]:
+    """The producer's further scores per row (its evaluation's scalar ``extra`` figures, e.g. the denoiser's
+    SI-SNR improvement and STOI); nothing when no row has any."""
+    keys: list[str] = []
+    for r in results:
+        for k, v in (r["evaluation"].get("extra") or {}).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("n_") and k not in keys:
+                keys.append(k)
+    keys = keys[:max_columns]
+    if not keys:
+        return []
+    lines = ["", "## Evaluation detail", "", "| variant | runtime | " + " | ".join(keys) + " |",
+             "|---|---|" + "---|" * len(keys)]
+    for r in results:
+        extra = r["evaluation"].get("extra") or {}
+        cells = [format(extra[k], ".4g") if isinstance(extra.get(k), (int, float)) else "-" for k in keys]
+        lines.append(f"| {r['variant']} | {r['runtime_label']} | " + " | ".join(cells) + " |")
+    return lines
