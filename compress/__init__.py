@@ -32,6 +32,7 @@ PASS_MODULES = (
     "edgesmith.compress.onnx_mlp",  # import-onnx-mlp
     "edgesmith.compress.import_nir",  # import-nir
     "edgesmith.compress.export_nir",  # export-nir
+    "edgesmith.compress.qat_brevitas",  # qat-w8a8, qat-w4a8, qat-brevitas
 )
 
 __all__ = [

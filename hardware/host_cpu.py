@@ -181,6 +181,27 @@ def onnx_export(producer) -> list:
     return [] if producer.native_format == "onnx" else [ExportOnnxConfig()]
 
 
+def qat_variants(producer, kopts, runtimes: list[str], where: str) -> tuple[list, dict[str, str]]:
+    """Brevitas QAT variants (qat-w8a8, qat-w4a8), ``kopts.qat_epochs`` of fine-tuning, for a torch model whose
+    producer offers training data; else none, with the reason for each (reported as unavailable)."""
+    from edgesmith.compress.qat_brevitas import QatW4A8Config, QatW8A8Config
+    from edgesmith.models.base import Producer
+
+    names = ("qat-w8a8", "qat-w4a8")
+    if not kopts.qat_epochs:
+        return [], {n: "set --option qat_epochs=3 (or more) to fine-tune the QAT variants." for n in names}
+    if producer.native_format != "torch":
+        return [], {n: "QAT fine-tunes a torch model; this one is ONNX (deploy its torch form)." for n in names}
+    if type(producer).training_data is Producer.training_data and producer.calibration_data(1) is None:
+        return [], {n: f"{getattr(producer, 'name', 'this model')} offers no training data to fine-tune on: pass "
+                       "--calibration-data (QAT then distils the float model on it)." for n in names}
+    epochs = int(kopts.qat_epochs)
+    return [Variant("qat-w8a8", [QatW8A8Config(epochs=epochs)], list(runtimes), f"brevitas QAT, 8-bit weights and inputs, QCDQ ONNX "
+                    f"({where})"),
+            Variant("qat-w4a8", [QatW4A8Config(epochs=epochs)], list(runtimes), f"brevitas QAT, 4-bit weights (per channel), 8-bit "
+                    f"inputs, QCDQ ONNX ({where})")], {}
+
+
 def module_fits(target: Target, producer) -> None:
     """Refuse a plan whose fp32 model exceeds the target's memory (only when the model is built)."""
     module = getattr(producer, "module_", None)
@@ -235,7 +256,8 @@ class HostCpu(Target):
             Variant("int4", export + [Int4WeightOnlyConfig(block_size=kopts.int4_block_size)],
                     ["onnxruntime"], "4-bit weight-only MatMulNBits (TVM cannot run MatMulNBits)"),
         ]
-        unavailable = {}
+        qat, unavailable = qat_variants(producer, kopts, ["onnxruntime"], "integer kernels where onnxruntime fuses them")
+        variants += qat
         hints = producer.unsupported_formats() if hasattr(producer, "unsupported_formats") else {}
         for name, why in hints.items():
             unavailable[name] = f"{getattr(producer, 'name', 'this model')} has no {name} variant: {why}"

@@ -14,7 +14,7 @@ is an upper-leaning estimate that already contains static, CPU and DRAM power.
 from __future__ import annotations
 
 from edgesmith.hardware.base import Coefficient, CostModel, Estimate, Plan, PlanOptions, Target, Variant, Workload, register_target
-from edgesmith.hardware.host_cpu import module_fits, onnx_export, select_variants
+from edgesmith.hardware.host_cpu import module_fits, onnx_export, qat_variants, select_variants
 from edgesmith.common import EdgesmithError
 
 DATASHEET = ("NVIDIA Jetson Orin Nano Series Module Data Sheet (DS-11105-001, 2023), Orin Nano 8GB: "
@@ -109,8 +109,10 @@ class JetsonOrinNano(Target):
             Variant("int8", export + [Int8QdqConfig(calibration=kopts.calibration, percentile=kopts.percentile)],
                     ["onnxruntime"], "int8 QDQ (tensor cores on the Jetson)"),
         ]
+        qat, unavailable = qat_variants(producer, kopts, ["onnxruntime"], "int8 tensor cores on the Jetson")
+        variants += qat
         hints = producer.unsupported_formats() if hasattr(producer, "unsupported_formats") else {}
-        unavailable = {n: f"{producer.name} has no {n} variant: {why}" for n, why in hints.items()}
+        unavailable.update({n: f"{producer.name} has no {n} variant: {why}" for n, why in hints.items()})
         variants = [v for v in variants if v.name not in hints]
         return Plan(self.name, select_variants(self.name, variants, options.variants, unavailable),
                     self.latency_provenance, PROXY_NOTES + [f"variant {n} not built: {w}" for n, w in hints.items()])

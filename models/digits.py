@@ -92,6 +92,11 @@ class DigitsMLP(Producer):
                 loss.backward()
                 opt.step()
 
+    def training_data(self):
+        """(inputs, integer labels) of the training split: what QAT passes fine-tune on."""
+        x_tr, _, y_tr, _ = self._split()
+        return x_tr, y_tr
+
     def calibration_data(self, n: int = 128) -> np.ndarray:
         x_tr = self._split()[0]
         rng = np.random.default_rng(self.seed)

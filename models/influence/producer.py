@@ -62,6 +62,11 @@ class NoiseCnn(Producer):
     def calibration_data(self, n: int = 128) -> np.ndarray:
         return np.ascontiguousarray(self.splits()["train"].x[:n])
 
+    def training_data(self):
+        """(inputs, class indices 0/1) of the training split: what QAT passes fine-tune on."""
+        train = self.splits()["train"]
+        return train.x, np.asarray(train.labels01, np.int64)
+
     def train_labels(self) -> np.ndarray:
         """Class index (0/1) of each training sample, in ``calibration_data`` order."""
         return self.splits()["train"].labels01

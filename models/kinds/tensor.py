@@ -15,6 +15,7 @@ class TensorOptions(KindOptions):
     percentile: float = option(99.99, "percentile of |activation| kept by percentile calibration")
     int4_block_size: int = option(32, "weights per scale of the int4 MatMulNBits variant (16..256, power of 2)")
     prune_sparsity: float = option(0.0, "add a magnitude-pruned + int8 variant at this sparsity (0 = none)")
+    qat_epochs: int = option(0, "add brevitas QAT variants (qat-w8a8, qat-w4a8) fine-tuned this many epochs (0 = none)")
 
     def validate(self) -> None:
         if self.calibration not in CALIBRATIONS:
@@ -25,6 +26,9 @@ class TensorOptions(KindOptions):
         b = self.int4_block_size
         if isinstance(b, bool) or not isinstance(b, int) or b < 16 or b > 256 or b & (b - 1):
             self._fail("int4_block_size", f"is {b!r}", "use a power of two from 16 to 256.")
+        q = self.qat_epochs
+        if isinstance(q, bool) or not isinstance(q, int) or q < 0:
+            self._fail("qat_epochs", f"is {q!r}", "use a whole number of epochs, 0 for no QAT variants.")
         s = self.prune_sparsity
         if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0.0 <= float(s) < 1.0:
             self._fail("prune_sparsity", f"is {s!r}", "use a fraction in [0, 1), e.g. 0.5.")
