@@ -61,7 +61,7 @@ def float_params(model: S5Denoiser) -> dict:
             p["blocks"].append({
                 "lam": lam, "b": bbar * a[None, :], "cb": bbar @ c,
                 "c_re": 2 * e["c_re"].double().numpy(), "c_im": -2 * e["c_im"].double().numpy(),
-                "d": d * a, "by": d * c,
+                "d": d * a, "by": d * c, "fold_a": a, "shift_c": c,
                 "w1": blk.w1.weight.double().numpy(), "b1": blk.w1.bias.double().numpy(),
                 "w2": blk.w2.weight.double().numpy(), "b2": blk.w2.bias.double().numpy()})
     return p
@@ -138,8 +138,13 @@ def convert(model: S5Denoiser, calibration: np.ndarray) -> dict:
         per["b_re"].append(2 * np.clip(np.rint(b["b"].real / s_b), -127, 127).astype(np.int64))
         per["b_im"].append(2 * np.clip(np.rint(b["b"].imag / s_b), -127, 127).astype(np.int64))
         A_b = s_b * S_h / 2
-        per["cb_re"].append(np.rint(b["cb"].real / A_b).astype(np.int64))
-        per["cb_im"].append(np.rint(b["cb"].imag / A_b).astype(np.int64))
+        # the norm's shift through the *quantized* B (as quantization-aware training computes it: rounding the
+        # folded B_bar * a and dividing a back out), not through the float B: for channels with a small scale a
+        # the two differ by far more than a rounding step
+        a_safe = np.where(b["fold_a"] < 0, -1.0, 1.0) * np.maximum(np.abs(b["fold_a"]), 1e-6)
+        cb = ((per["b_re"][-1] + 1j * per["b_im"][-1]) * (s_b / 2) / a_safe) @ b["shift_c"]
+        per["cb_re"].append(np.rint(cb.real / A_b).astype(np.int64))
+        per["cb_im"].append(np.rint(cb.imag / A_b).astype(np.int64))
         m, s = requant(A_b / S_x)
         per["b_m"].append(m), per["b_s"].append(s)
         per["lam_re"].append(np.clip(np.rint(b["lam"].real * 2 ** 15), -ACT_MAX, ACT_MAX).astype(np.int64))
@@ -149,10 +154,11 @@ def convert(model: S5Denoiser, calibration: np.ndarray) -> dict:
         per["c_re"].append(2 * np.clip(np.rint(b["c_re"] / s_c), -127, 127).astype(np.int64))
         per["c_im"].append(2 * np.clip(np.rint(b["c_im"] / s_c), -127, 127).astype(np.int64))
         A_c = s_c * S_x / 2
-        per["c_b"].append(np.rint(b["by"] / A_c).astype(np.int64))
+        dq, s_d = quant8(b["d"])
+        by = dq * (s_d / 2) / a_safe * b["shift_c"]  # likewise through the quantized D
+        per["c_b"].append(np.rint(by / A_c).astype(np.int64))
         m, s = requant(A_c / S_y)
         per["c_m"].append(m), per["c_s"].append(s)
-        dq, s_d = quant8(b["d"])
         per["d_w"].append(dq)
         m, s = requant(s_d * S_h / 2 / S_y)
         per["d_m"].append(m), per["d_s"].append(s)

@@ -107,23 +107,32 @@ class S5SSM(nn.Module):
         b = torch.complex(self.B_re, self.B_im)
         return lam_bar, ((lam_bar - 1) / lam)[:, None] * b
 
-    def effective(self, quant: bool) -> dict:
-        """The discrete parameters the network computes with (fake-quantized when ``quant``)."""
+    def effective(self, quant: bool, fold: torch.Tensor | None = None) -> dict:
+        """The discrete parameters the network computes with (fake-quantized when ``quant``).
+
+        ``fold`` is the pre-norm's per-channel scale: the fixed-point network stores ``B_bar * fold`` and
+        ``D * fold`` (the norm folded in) as 8-bit tensors, so quantization-aware training rounds those
+        products and divides the scale back out, computing with exactly the weights that get deployed."""
         lam_bar, b_bar = self.discrete()
         p = {"lam_re": lam_bar.real, "lam_im": lam_bar.imag, "b_re": b_bar.real, "b_im": b_bar.imag,
              "c_re": self.C_re, "c_im": self.C_im, "d": self.D}
         if quant:
+            a = torch.ones(self.D.shape[0]) if fold is None else fold.detach()
+            a = torch.where(a < 0, -1.0, 1.0) * a.abs().clamp_min(1e-6)  # a zero scale would divide by zero
             p["lam_re"], p["lam_im"] = quant_q15(p["lam_re"]), quant_q15(p["lam_im"])
-            peak_b = torch.maximum(p["b_re"].detach().abs().max(), p["b_im"].detach().abs().max())
-            for k in ("b_re", "b_im"):
-                p[k] = torch.clamp(ste_round(p[k] / peak_b * 127), -127, 127) * peak_b / 127
-            for k in ("c_re", "c_im", "d"):
-                p[k] = fake_quant(p[k])
+            b_re, b_im = p["b_re"] * a, p["b_im"] * a
+            peak_b = torch.maximum(b_re.detach().abs().max(), b_im.detach().abs().max())
+            p["b_re"], p["b_im"] = (torch.clamp(ste_round(b / peak_b * 127), -127, 127) * peak_b / 127 / a
+                                    for b in (b_re, b_im))
+            p["d"] = fake_quant(p["d"] * a) / a
+            peak_c = torch.maximum(p["c_re"].detach().abs().max(), p["c_im"].detach().abs().max())
+            for k in ("c_re", "c_im"):  # one scale for both, as the fixed-point network stores [C_re C_im]
+                p[k] = torch.clamp(ste_round(p[k] / peak_c * 127), -127, 127) * peak_c / 127
         return p
 
-    def forward(self, u: torch.Tensor, quant: bool = False) -> torch.Tensor:
+    def forward(self, u: torch.Tensor, quant: bool = False, fold: torch.Tensor | None = None) -> torch.Tensor:
         """u (batch, T, H) -> y (batch, T, H), by FFT convolution with lambda_bar ** t."""
-        p = self.effective(quant)
+        p = self.effective(quant, fold)
         lam = torch.complex(p["lam_re"], p["lam_im"])
         bu = torch.complex(u @ p["b_re"].T, u @ p["b_im"].T)  # (b, T, N)
         T = u.shape[1]
@@ -155,8 +164,14 @@ class S5Block(nn.Module):
         self.w2 = nn.Linear(d_model, d_model)
 
     def forward(self, h: torch.Tensor, quant: bool = False) -> torch.Tensor:
-        u = self.norm(h.transpose(1, 2)).transpose(1, 2)
-        y = self.ssm(u, quant)
+        if quant:  # as deployed: the norm's running statistics, frozen, folded into B and D
+            n = self.norm
+            u = nn.functional.batch_norm(h.transpose(1, 2), n.running_mean, n.running_var, n.weight, n.bias, False,
+                                         0.0, n.eps).transpose(1, 2)
+            y = self.ssm(u, quant, fold=n.weight / torch.sqrt(n.running_var + n.eps))
+        else:
+            u = self.norm(h.transpose(1, 2)).transpose(1, 2)
+            y = self.ssm(u, quant)
         w1, w2 = (fake_quant(self.w1.weight), fake_quant(self.w2.weight)) if quant else (self.w1.weight, self.w2.weight)
         gate = sigmoid_pwl if quant else torch.sigmoid
         return h + (y @ w1.T + self.w1.bias) * gate(y @ w2.T + self.w2.bias)
