@@ -349,7 +349,8 @@ def cached(path: str | os.PathLike, make: Callable[[], Any], *, load: Callable[[
         except Exception:  # any unreadable or mismatched entry: rebuild
             path.unlink(missing_ok=True)
     shipped = SHIPPED_WEIGHTS / path.name
-    if path.parent.name == "models" and shipped.exists():  # weights the repository ships under the same key
+    use_shipped = os.environ.get("EDGESMITH_NO_SHIPPED_WEIGHTS", "") in ("", "0")  # set to 1 to retrain them
+    if use_shipped and path.parent.name == "models" and shipped.exists():  # weights shipped under the same key
         try:
             return load(shipped), True
         except Exception:  # a shipped file that no longer matches the code: train as if it were not there

@@ -51,9 +51,9 @@ PAPER = {"energy_ratio": 149.0, "latency_ratio": 42.0,
 @dataclass(frozen=True)
 class LrnnPlan(Config):
     sparsity: float = 0.9
-    prune_epochs: int = 6
+    prune_epochs: int = 10
     prune_end: float = 0.6  # final sparsity reached at 60% of fine-tuning, 40% left to recover
-    qat_epochs: int = 2
+    qat_epochs: int = 10
     lava_clips: int | None = None  # test clips simulated in Lava (None: the whole test split)
     n_calibration: int = 32
     quick: bool = False  # tiny data and model: the test-suite version of the plan

@@ -3,8 +3,8 @@
 No download. Speech: random sentences spoken by ``espeak-ng`` (accent + voice variant, speed and pitch drawn
 per utterance), resampled 22.05 -> 16 kHz. Two disjoint worlds (``TRAIN`` and ``HELDOUT``): their accents,
 voice variants and vocabularies share nothing, so the held-out test split has voices and sentences the
-model never heard. Noise (``NOISES``): white, pink, brown, amplitude-modulated, mains hum, babble of 3-6 real
-talkers (espeak-ng utterances of the same world, never the target sentence), keyboard-like clicks, tone
+model never heard. Noise (``NOISES``): white, pink, brown, amplitude-modulated, mains hum, babble of 6-12 real
+talkers (espeak-ng utterances of the same world, never the target sentence, each in its own room: a crowd), keyboard-like clicks, tone
 sequences (alarms, melodies) and wind gusts; each clip draws its own noise, so held-out noise is new audio.
 Augmentation: speech level -35..-15 dBFS, a synthetic room (exponentially decaying noise tail, RT60
 0.15-0.6 s) with probability ``reverb_p`` (the target is then the reverberant speech: this is a denoiser,
@@ -37,6 +37,8 @@ NFFT = 512
 HOP = 128
 N_BINS = NFFT // 2 + 1
 NOISES = ("white", "pink", "brown", "modulated", "hum", "babble", "clicks", "tones", "wind")
+# bumped whenever the clips a config makes change: it is part of every cache key built on the data
+DATA_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ class DataConfig(Config):
 
     n_train: int = 2048
     n_val: int = 64
-    n_test: int = 108
+    n_test: int = 135
     clip_s: float = 2.0
     snrs_db: tuple[float, ...] = (-5.0, 0.0, 5.0, 10.0, 15.0)
     reverb_p: float = 0.3
@@ -113,7 +115,7 @@ class DataConfig(Config):
         return cls(n_train=8, n_val=4, n_test=4, clip_s=0.5, n_utterances=16, seed=seed)
 
     def key(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+        return hashlib.sha256(json.dumps({**asdict(self), "version": DATA_VERSION}, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -190,7 +192,7 @@ def _unit(x) -> np.ndarray:
 
 
 def make_noise(kind: str, n: int, rng: np.random.Generator, talkers: list[np.ndarray] | None = None) -> np.ndarray:
-    """One of ``NOISES``, ``n`` samples, unit RMS; ``babble`` sums 3-6 of ``talkers`` (utterances)."""
+    """One of ``NOISES``, ``n`` samples, unit RMS; ``babble`` sums 6-12 of ``talkers`` (utterances)."""
     t = np.arange(n) / SR
     white = rng.standard_normal(n)
     f = np.maximum(np.fft.rfftfreq(n, 1 / SR), 20.0)
@@ -210,9 +212,10 @@ def make_noise(kind: str, n: int, rng: np.random.Generator, talkers: list[np.nda
     elif kind == "babble":
         if not talkers:
             raise EdgesmithError("babble noise needs talkers (utterances to sum).", "pass talkers=[...] to make_noise.")
-        picks = rng.choice(len(talkers), size=min(len(talkers), int(rng.integers(3, 7))), replace=False)
-        x = sum(_unit(_place(np.tile(talkers[i], 1 + n // max(1, len(talkers[i]))), n, rng))
-                * 10 ** (rng.uniform(-6, 0) / 20) for i in picks)
+        # a crowd, not a competing talker: 6-12 talkers at similar levels, each through its own room (diffuse)
+        picks = rng.choice(len(talkers), size=min(len(talkers), int(rng.integers(6, 13))), replace=False)
+        x = sum(_unit(room(_place(np.tile(talkers[i], 1 + n // max(1, len(talkers[i]))), n, rng), rng))
+                * 10 ** (rng.uniform(-3, 0) / 20) for i in picks)
     elif kind == "clicks":  # keyboard / dishes: decaying bursts of band-passed noise at random times
         x = 0.02 * white
         for _ in range(int(rng.integers(4, 12) * n / SR) + 1):
@@ -250,7 +253,10 @@ def room(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return fftconvolve(x, rir)[: len(x)].astype(np.float32)
 
 
-def _make_split(n: int, cfg: DataConfig, seed: int, speech: list[np.ndarray]) -> Split:
+def _make_split(n: int, cfg: DataConfig, seed: int, speech: list[np.ndarray], kinds_cycle=NOISES,
+                balanced: bool = False) -> Split:
+    """``n`` mixtures; noise kinds cycle through ``kinds_cycle``; ``balanced``: the SNRs cycle too (every
+    kind at every SNR equally often, as a test set should be), else each clip draws its SNR."""
     rng = np.random.default_rng(seed)
     length = int(round(cfg.clip_s * SR))
     noisy, clean = np.zeros((n, length), np.float32), np.zeros((n, length), np.float32)
@@ -261,8 +267,9 @@ def _make_split(n: int, cfg: DataConfig, seed: int, speech: list[np.ndarray]) ->
         if rng.random() < cfg.reverb_p:
             s = room(s, rng)
         s *= 10 ** (rng.uniform(-35, -15) / 20) / (np.sqrt(np.mean(s ** 2)) + 1e-12)
-        kind = NOISES[i % len(NOISES)] if n >= len(NOISES) else str(rng.choice(NOISES))
-        snr = float(cfg.snrs_db[int(rng.integers(len(cfg.snrs_db)))])
+        kind = kinds_cycle[i % len(kinds_cycle)] if n >= len(kinds_cycle) else str(rng.choice(kinds_cycle))
+        draw = int(rng.integers(len(cfg.snrs_db)))
+        snr = float(cfg.snrs_db[(i // len(kinds_cycle)) % len(cfg.snrs_db) if balanced else draw])
         talkers = speech[:target] + speech[target + 1 :]
         noise = make_noise(kind, length, rng, talkers) * np.sqrt(np.mean(s ** 2)) * 10 ** (-snr / 20)
         peak = max(1.0, float(np.abs(s + noise).max()) / 0.99)  # no clipping: scale both, the SNR stays
@@ -281,7 +288,10 @@ def load_splits(cfg: DataConfig) -> dict[str, Split]:
                      "heldout": utterances(HELDOUT, max(8, cfg.n_utterances // 3), cfg.seed * 1000 + 2, Path(tmp))}
             for j, (name, n, pool) in enumerate((("train", cfg.n_train, "train"), ("val", cfg.n_val, "train"),
                                                  ("test", cfg.n_test, "heldout"))):
-                split = _make_split(int(n), cfg, cfg.seed * 1000 + 17 * (j + 1), pools[pool])
+                # training sees babble twice as often: competing talkers are the hardest noise to learn
+                cycle = NOISES + ("babble",) if name == "train" else NOISES
+                split = _make_split(int(n), cfg, cfg.seed * 1000 + 17 * (j + 1), pools[pool], cycle,
+                                    balanced=name == "test")
                 arrays.update({f"{name}_{k}": v for k, v in vars(split).items()})
         with atomic_path(path, force=True) as tmp_path:
             with open(tmp_path, "wb") as f:

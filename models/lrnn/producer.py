@@ -4,8 +4,11 @@ Inputs are feature frames (clips, frames, 257); the prediction is the mask of th
 metric is the SI-SNR (dB) of the enhanced test clips, higher is better (the improvement over the
 noisy input and STOI are in ``Evaluation.extra``). ``tiny=True`` is the seconds-long test version.
 
-Default settings (about 4 minutes on 2 cores): 384/48/48 clips of 2 s, width 1.0 (d_model 64, 32
-complex modes, 3 layers, 84k parameters), 4 epochs of Adam (lr 3e-3, batch 16, cosine decay).
+Default settings (about 1 minute of data synthesis and 15 minutes of training on 2 cores; the weights ship
+in ``models/weights/``, so nobody waits for them): 2048 training clips of 2 s from the ``TRAIN`` world, 64
+validation clips, 135 held-out test clips (``HELDOUT`` world, nine noise types x five SNRs, three clips each),
+width 3.0 (d_model 192 as in the paper, 96 complex modes, 3 layers, 545k parameters), 30 epochs of Adam
+(lr 3e-3, batch 16, cosine decay).
 """
 from __future__ import annotations
 
@@ -36,9 +39,9 @@ class LrnnDenoiser(Producer):
         super().__init__(seed=seed)
         self.tiny = tiny
         self.data_cfg = DataConfig.tiny(seed) if tiny else DataConfig(seed=seed)
-        self.model_cfg = S5Config(width=width if width is not None else (0.25 if tiny else 1.0),
+        self.model_cfg = S5Config(width=width if width is not None else (0.25 if tiny else 3.0),
                                   n_layers=2 if tiny else 3)
-        self.train_cfg = TrainConfig(epochs=epochs if epochs is not None else (2 if tiny else 4), seed=seed)
+        self.train_cfg = TrainConfig(epochs=epochs if epochs is not None else (2 if tiny else 30), seed=seed)
 
     def splits(self):
         if not hasattr(self, "splits_"):
@@ -46,7 +49,7 @@ class LrnnDenoiser(Producer):
         return self.splits_
 
     def _cache_path(self):
-        key = repr((self.name, asdict(self.data_cfg), self.model_cfg.to_dict(), asdict(self.train_cfg),
+        key = repr((self.name, self.data_cfg.key(), self.model_cfg.to_dict(), asdict(self.train_cfg),
                     torch.__version__))
         return cache_dir() / "models" / f"{self.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
 
