@@ -120,12 +120,15 @@ class DataConfig(Config):
 
 @dataclass
 class Split:
-    """Time-domain clips of one split: ``noisy``/``clean`` (n, samples) float32, ``snr_db``, ``noise`` names."""
+    """Time-domain clips of one split: ``noisy``/``clean`` (n, samples) float32, ``snr_db``, ``noise`` names.
+    ``key`` names a producer's split by its recipe (data settings, data version, split name); empty for clips
+    from elsewhere (a user's WAV files, a subset)."""
 
     noisy: np.ndarray
     clean: np.ndarray
     snr_db: np.ndarray
     noise: np.ndarray
+    key: str = ""
 
     def __len__(self) -> int:
         return len(self.noisy)
@@ -292,13 +295,13 @@ def load_splits(cfg: DataConfig) -> dict[str, Split]:
                 cycle = NOISES + ("babble",) if name == "train" else NOISES
                 split = _make_split(int(n), cfg, cfg.seed * 1000 + 17 * (j + 1), pools[pool], cycle,
                                     balanced=name == "test")
-                arrays.update({f"{name}_{k}": v for k, v in vars(split).items()})
+                arrays.update({f"{name}_{k}": getattr(split, k) for k in ("noisy", "clean", "snr_db", "noise")})
         with atomic_path(path, force=True) as tmp_path:
             with open(tmp_path, "wb") as f:
                 np.savez(f, **arrays)
     with np.load(path, allow_pickle=False) as z:
-        return {name: Split(z[f"{name}_noisy"], z[f"{name}_clean"], z[f"{name}_snr_db"], z[f"{name}_noise"])
-                for name in ("train", "val", "test")}
+        return {name: Split(z[f"{name}_noisy"], z[f"{name}_clean"], z[f"{name}_snr_db"], z[f"{name}_noise"],
+                            key=f"{cfg.key()}/{name}") for name in ("train", "val", "test")}
 
 
 # --- signal processing ------------------------------------------------------------------------------
