@@ -112,6 +112,7 @@ def cmd_denoise(args) -> int:
     for d in done:
         print(f"wrote {d['out']} ({d['channels']} channel(s), {d['samples']} samples at {d['rate']} Hz"
               + (", resampled for the model and back" if d["resampled"] else "")
+              + (f", scaled {d['gain_db']:.1f} dB to stay under full scale" if d["gain_db"] < 0 else "")
               + f"; {d['variant']} in {d['runtime']}, real-time factor {d['rtf']:.3f}, model alone {d['rtf_model']:.3f})")
     return 0
 

@@ -24,6 +24,7 @@ VARIANTS = {"dense": "dense", "sparse": "sparse", "fixed": "sparse-fixed"}
 # recurrence as an FFT convolution), onnxruntime its exported streaming step frame by frame with the state
 # carried, lrnn-ref the fixed-point network in Numba and lava the same network in Lava's Loihi 2 simulator
 RUNTIMES = {"dense": ("torch", "onnxruntime"), "sparse": ("torch", "onnxruntime"), "fixed": ("lrnn-ref", "lava")}
+FULL_SCALE = 0.999  # the output's peak limit, a fraction of the format's full scale (no clipped samples)
 RUNTIME_NAMES = {"torch": "torch", "onnxruntime": "onnxruntime", "lrnn-ref": "lrnn-ref", "lava": "lava-lrnn"}
 
 
@@ -161,11 +162,15 @@ def denoise_file(producer, mask_fn, src: Path, dst: Path, force: bool = False, d
         out[:, c] = np.pad(back, (0, max(0, len(x) - len(back))))[: len(x)]
     total_s = time.perf_counter() - t0
     audio_s = len(x) / rate * x.shape[1]
-    data = _to_dtype(out, dtype)
+    # the model is trained on a scale-invariant loss, so its mask may raise the level: rather than clip, the
+    # whole file (all channels alike, keeping their balance) is scaled down to just under full scale
+    peak = float(np.abs(out).max()) if out.size else 0.0
+    gain = FULL_SCALE / peak if peak > FULL_SCALE else 1.0
+    data = _to_dtype(out * gain, dtype)
     with atomic_path(dst, force=force) as tmp:
         _write_wav(tmp, rate, data, pcm_bits(src) if dtype == np.int32 else None)
     return {"in": str(src), "out": str(dst), "rate": rate, "channels": int(x.shape[1]), "samples": int(len(x)),
-            "resampled": rate != model_rate, "audio_s": audio_s, "model_s": model_s[0], "total_s": total_s,
+            "resampled": rate != model_rate, "gain_db": 20 * np.log10(gain), "audio_s": audio_s, "model_s": model_s[0], "total_s": total_s,
             "rtf_model": model_s[0] / audio_s if audio_s else None, "rtf": total_s / audio_s if audio_s else None}
 
 

@@ -104,3 +104,18 @@ def test_the_fixed_network_in_lava_writes_the_lrnn_ref_audio(noisy, tmp_path):
                    progress=False)[0]
     assert (ref["runtime"], lava["runtime"]) == ("lrnn-ref", "lava")
     np.testing.assert_array_equal(wavfile.read(tmp_path / "lava.wav")[1], wavfile.read(tmp_path / "ref.wav")[1])
+
+
+def test_a_mask_that_raises_the_level_is_scaled_under_full_scale_not_clipped(tmp_path):
+    # the denoiser's loss is scale-invariant, so nothing stops its mask from doubling a loud file's level
+    from edgesmith.bench.denoise import denoise_file
+
+    p = get_producer("lrnn-denoiser", tiny=True).build()
+    x = p.splits()["test"].noisy[0]
+    x = 0.9 * x / np.abs(x).max()
+    wavfile.write(tmp_path / "loud.wav", 16000, (np.stack([x, 0.5 * x], 1) * 32767).astype(np.int16))
+    rec = denoise_file(p, lambda f: np.ones_like(f), tmp_path / "loud.wav", tmp_path / "out.wav")  # gain 2 everywhere
+    _, y = wavfile.read(tmp_path / "out.wav")
+    assert np.abs(y.astype(np.int64)).max() < 32767  # no sample pinned at full scale
+    assert rec["gain_db"] < -5.0  # about 0.999 / 1.8
+    assert np.corrcoef(y[:, 0], y[:, 1])[0, 1] > 0.999 and abs(np.abs(y[:, 1]).max() / np.abs(y[:, 0]).max() - 0.5) < 0.01
