@@ -30,7 +30,8 @@ def _check_model(artifact: Artifact, kind: str):
 
 def _train_split(ctx: PassContext, kind: str):
     split = ctx.train_data
-    if split is None or not hasattr(split, "noisy") or not hasattr(split, "clean"):
+    named = set(getattr(split, "__dataclass_fields__", {}))  # a Split: no need to read its arrays to know
+    if split is None or not ({"noisy", "clean"} <= named or (hasattr(split, "noisy") and hasattr(split, "clean"))):
         raise EdgesmithError(f"{kind} fine-tunes the model but no training data was given.",
                              "deploy a producer that provides training_data() (clean and noisy clips).")
     return split

@@ -76,7 +76,7 @@ class LrnnDenoiser(Producer):
     def calibration_data(self, n: int = 128) -> np.ndarray:
         if getattr(self, "user_calibration_", None) is not None:
             return np.ascontiguousarray(self.user_calibration_[:n])
-        return np.ascontiguousarray(self.features("train")[:n])
+        return features(stft(self.splits()["train"].noisy[:n]).abs()).numpy()  # n clips, not the whole split
 
     def use_user_data(self, calibration_data=None, eval_data=None) -> list[str] | None:
         """The user's audio: folders of WAV files (``models/lrnn/audio.py``) replace the test split (scored by
