@@ -28,13 +28,14 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
            model_options: dict | None = None, variants=(), batch_sizes=None, reps: int = 200, warmup: int = 20,
            seed: int = 0, threads: int = 0, n_calibration: int | None = None, calibration_select: str = "first",
            tvm: bool = True, tvm_tune_trials: int = 0, sensitivity: bool = False, force: bool = False,
-           progress: bool = False, calibration_data=None, eval_data=None, labels=None, metric: str | None = None,
+           progress: bool = False, calibration_data=None, train_data=None, eval_data=None, labels=None, metric: str | None = None,
            input_shapes: dict | None = None) -> Path:
     """Run ``target``'s plan for ``model`` and write the report folder (default ``runs/MODEL-TARGET``).
 
     ``model``: a producer name or a model file (model.onnx, file.py:factory, model.pt, model.pt2, an RWKV
     .pth, a saved tree ensemble .npz); ``calibration_data`` / ``eval_data`` / ``labels``: paths of the
-    user's data (.npy, .npz by input name, a folder; UTF-8 text for token-lm models); ``metric``:
+    user's data (.npy, .npz by input name, a folder; UTF-8 text for token-lm models); ``train_data``: inputs (and
+    labels) that QAT variants fine-tune on; ``metric``:
     accuracy, topK, mse, mae, perplexity or fidelity (the default without labels)."""
     from edgesmith.bench.deploy import DeployOptions
     from edgesmith.bench.deploy import deploy as _deploy
@@ -45,6 +46,7 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
                          n_calibration=n_calibration, calibration_select=calibration_select, sensitivity=sensitivity,
                          progress=progress, model_options=dict(model_options or {}),
                          calibration_data=None if calibration_data is None else str(calibration_data),
+                         train_data=None if train_data is None else str(train_data),
                          eval_data=None if eval_data is None else str(eval_data),
                          labels=None if labels is None else str(labels), metric=metric,
                          input_shapes=dict(input_shapes or {}),

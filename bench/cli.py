@@ -249,6 +249,9 @@ def _add_deploy_flags(p: argparse.ArgumentParser) -> None:
                    help="your calibration inputs: .npy (one input), .npz (one array per input name), a folder of them, "
                         "or UTF-8 text for token-lm models")
     p.add_argument("--eval-data", dest="eval_data", help="your evaluation inputs (same forms), labels optional inside")
+    p.add_argument("--train-data", dest="train_data",
+                   help="your training inputs for QAT (same forms, labels optional inside: cross-entropy on them; "
+                        "without labels QAT distils the float model)")
     p.add_argument("--labels", help=".npy of labels (class ids) or targets for --eval-data")
     p.add_argument("--metric", help="accuracy, topK (top5), mse, mae, perplexity or fidelity (default without labels)")
     p.add_argument("--input-shape", dest="input_shape", action="append", metavar="[NAME=]D,D,...",

@@ -59,6 +59,7 @@ class DeployOptions:
     plan: PlanOptions = field(default_factory=PlanOptions)
     model_options: dict = field(default_factory=dict)  # producer arguments / model-source options (e.g. tiny=True)
     calibration_data: str | None = None  # the user's data (bench/sources): .npy, .npz, a folder, text
+    train_data: str | None = None  # the user's training inputs (+ labels) for fine-tuning passes (QAT)
     eval_data: str | None = None
     labels: str | None = None
     metric: str | None = None
@@ -194,6 +195,30 @@ def _workload(art: Artifact, producer, kind, activity: dict | None) -> Workload:
     return work
 
 
+def load_training_data(producer, path: str):
+    """The user's training data for fine-tuning passes: inputs, or (inputs, labels) when the file holds labels
+    (the forms of --eval-data: .npy, .npz by input name with ``labels``/``targets``, a folder)."""
+    from edgesmith.models.user_data import TensorSpec, load_tensors
+
+    if producer.kind != "tensor" or producer.native_format != "torch":
+        raise EdgesmithError(f"--train-data fine-tunes torch models of kind tensor (QAT); {producer.name} is a "
+                             f"{producer.native_format} model of kind {producer.kind}.",
+                             "drop --train-data (its own passes bring their training data, if any).")
+    specs = list(getattr(producer, "inputs", None) or [TensorSpec(
+        "input", np.asarray(producer.example_inputs(1)).dtype.name, tuple(producer.input_shape))])
+    if len(specs) != 1:
+        raise EdgesmithError(f"--train-data fine-tunes single-input models; {producer.name} takes {len(specs)}.",
+                             "drop --train-data; QAT then distils the float model on the calibration data.")
+    data = load_tensors(path, specs, "training data")
+    x = next(iter(data.inputs.values()))
+    if data.labels is None:
+        return x
+    if len(data.labels) != len(x):
+        raise EdgesmithError(f"{path} holds {len(x)} training inputs but {len(data.labels)} labels.",
+                             "give one label per input.")
+    return x, data.labels
+
+
 def deploy(opts: DeployOptions) -> Path:
     """Run the plan of ``opts.target`` for ``opts.model``; returns the report folder."""
     check_output(opts.out, force=opts.force, folder=True)
@@ -203,6 +228,8 @@ def deploy(opts: DeployOptions) -> Path:
         input_shapes=dict(opts.input_shapes), options=dict(opts.model_options), seed=opts.seed), seed=opts.seed)
     kind = get_kind(producer.kind)
     kind.check_producer(producer)
+    if opts.train_data is not None:  # before any plan: it decides whether QAT variants are offered
+        producer.user_training_ = load_training_data(producer, opts.train_data)
     target.check_kind(kind.name, opts.model)  # before any training: an unsupported pair costs nothing
     kind.options(opts.plan.options)  # a bad --option fails here too, not after the build
     batch_sizes = _batch_sizes(opts, kind, producer)
@@ -226,7 +253,9 @@ def deploy(opts: DeployOptions) -> Path:
     # one calibration set for every variant: the influence selector runs the fp32 model over its pool
     n_calibration = opts.n_calibration or kind.default_n_calibration
     calibration = select_calibration(producer, n_calibration, opts.calibration_select, seed=opts.seed)
-    train_data = producer.training_data()
+    train_data = getattr(producer, "user_training_", None)
+    if train_data is None:
+        train_data = producer.training_data()
     ctx_common = dict(calibration=calibration, example_input=producer.example_inputs(1), seed=opts.seed,
                       sensitivity=opts.sensitivity, progress=opts.progress, train_data=train_data,
                       evaluate=_artifact_scorer(producer, threads))

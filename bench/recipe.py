@@ -29,7 +29,7 @@ from pathlib import Path
 from edgesmith.common import EdgesmithError
 
 TOP = {"model": str, "target": str, "out": str, "seed": int, "threads": int, "force": bool, "sensitivity": bool,
-       "calibration_data": str, "eval_data": str, "labels": str, "metric": str, "input_shape": list}
+       "calibration_data": str, "train_data": str, "eval_data": str, "labels": str, "metric": str, "input_shape": list}
 PLAN = {"tvm": bool, "tvm_tune_trials": int, "tvm_records": bool, "variants": list}
 BENCH = {"batch_sizes": list, "warmup": int, "reps": int, "n_calibration": int, "calibration_select": str}
 TABLES = {"plan": PLAN, "bench": BENCH, "options": None, "model_options": None}
@@ -161,8 +161,8 @@ def deploy_options(args, recipe: dict, overrides: dict | None = None):
     out = getattr(args, "out", None) or recipe.get("out") or f"runs/{model}-{target}"
     model_options = {**recipe.get("model_options", {}),
                      **parse_key_values(getattr(args, "model_option", None), "--model-option")}
-    data = {k: recipe[k] for k in ("calibration_data", "eval_data", "labels", "metric") if k in recipe}
-    for k in ("calibration_data", "eval_data", "labels", "metric"):
+    data = {k: recipe[k] for k in ("calibration_data", "train_data", "eval_data", "labels", "metric") if k in recipe}
+    for k in ("calibration_data", "train_data", "eval_data", "labels", "metric"):
         if getattr(args, k, None) is not None:
             data[k] = getattr(args, k)
     shapes = parse_shapes(getattr(args, "input_shape", None) or recipe.get("input_shape"))

@@ -133,7 +133,7 @@ def _training_arrays(ctx: PassContext) -> tuple[np.ndarray, np.ndarray | None, s
         return check_finite_array(data.astype(np.float32), "QAT training inputs"), None, "training inputs"
     if data is not None:
         raise EdgesmithError(f"QAT takes training data as an array of inputs or (inputs, labels), not "
-                             f"{type(data).__name__}.", "give --train-data x.npy (and labels) or fine-tune elsewhere.")
+                             f"{type(data).__name__}.", "give --train-data train.npz (inputs, and labels inside) or fine-tune elsewhere.")
     calib = ctx.calibration_checked("training or calibration inputs (QAT distils on them)")
     if isinstance(calib, dict):
         raise EdgesmithError("QAT fine-tunes single-input models only.", "use int8-qdq for this multi-input model.")

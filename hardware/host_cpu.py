@@ -192,9 +192,11 @@ def qat_variants(producer, kopts, runtimes: list[str], where: str) -> tuple[list
         return [], {n: "set --option qat_epochs=3 (or more) to fine-tune the QAT variants." for n in names}
     if producer.native_format != "torch":
         return [], {n: "QAT fine-tunes a torch model; this one is ONNX (deploy its torch form)." for n in names}
-    if type(producer).training_data is Producer.training_data and producer.calibration_data(1) is None:
+    own = getattr(producer, "user_training_", None) is not None or type(producer).training_data is not Producer.training_data
+    if not own and producer.calibration_data(1) is None:
         return [], {n: f"{getattr(producer, 'name', 'this model')} offers no training data to fine-tune on: pass "
-                       "--calibration-data (QAT then distils the float model on it)." for n in names}
+                       "--train-data (inputs, labels inside) or --calibration-data (QAT then distils the float "
+                       "model on it)." for n in names}
     epochs = int(kopts.qat_epochs)
     return [Variant("qat-w8a8", [QatW8A8Config(epochs=epochs)], list(runtimes), f"brevitas QAT, 8-bit weights and inputs, QCDQ ONNX "
                     f"({where})"),
