@@ -60,7 +60,10 @@ class Int8QdqConfig(PassConfig):
     ``calibration``: "minmax" or "percentile" (``percentile`` of the activation histogram, 99.99 by
     default). ``n_calibration``: how many calibration samples to use (the first ones given).
     ``exclude``: node names kept in fp32. ``activations``: "uint8" (asymmetric; onnxruntime's
-    advice for x86, with or without VNNI) or "int8" (e.g. for ARM).
+    advice for x86, with or without VNNI) or "int8" (e.g. for ARM). ``reduce_range``: 7-bit weights, the fix
+    onnxruntime documents for x86 CPUs without VNNI, whose u8s8 kernels (VPMADDUBSW) saturate 16-bit sums when
+    the weights use the full int8 range; None decides by this machine's CPU (``x86_without_vnni``), where the
+    model is calibrated, checked and measured.
     """
 
     kind: ClassVar[str] = "int8-qdq"
@@ -73,6 +76,7 @@ class Int8QdqConfig(PassConfig):
     exclude: tuple[str, ...] = ()
     activations: str = "uint8"
     allow_empty: bool = False  # accept a result with no layer quantized (otherwise that is an error)
+    reduce_range: bool | None = None
 
     def validate(self) -> None:
         if self.calibration not in CALIBRATIONS:
@@ -88,8 +92,29 @@ class Int8QdqConfig(PassConfig):
         self.exclude = tuple(self.exclude)
         if not isinstance(self.allow_empty, bool):
             self._fail("allow_empty", f"is {self.allow_empty!r}", "use true or false.")
+        if self.reduce_range is not None and not isinstance(self.reduce_range, bool):
+            self._fail("reduce_range", f"is {self.reduce_range!r}", "use true, false, or leave it out (auto).")
         if self.activations not in ACTIVATION_TYPES:
             self._fail("activations", f"is {self.activations!r}", f"use one of: {', '.join(ACTIVATION_TYPES)}.")
+
+
+def x86_without_vnni(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """True on an x86 CPU that lacks VNNI (AVX-512 VNNI or AVX-VNNI): there onnxruntime's u8s8 integer kernels
+    can saturate, and 7-bit weights (reduce_range) keep int8 models accurate."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
+        return False
+    try:
+        with open(cpuinfo) as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return bool(flags) and not {"avx512_vnni", "avx_vnni"} & set(flags)
+
+
+def reduce_range(config: "Int8QdqConfig") -> bool:
+    return x86_without_vnni() if config.reduce_range is None else config.reduce_range
 
 
 class _Reader:
@@ -133,7 +158,7 @@ def _quantize(prepared: Path, out: Path, calib: np.ndarray, config: Int8QdqConfi
         with quiet_onnxruntime():
             quantize_static(
                 str(prepared), str(out), reader, quant_format=QuantFormat.QDQ, per_channel=True,
-                reduce_range=False, weight_type=QuantType.QInt8,
+                reduce_range=reduce_range(config), weight_type=QuantType.QInt8,
                 activation_type=QuantType.QUInt8 if config.activations == "uint8" else QuantType.QInt8,
                 nodes_to_quantize=nodes_to_quantize, nodes_to_exclude=list(config.exclude),
                 calibrate_method=method, extra_options=extra, calibration_cache_path=str(cache),
@@ -247,6 +272,9 @@ def _int8_qdq(artifact: Artifact, config: Int8QdqConfig, ctx: PassContext) -> Pa
         "bits_per_weight counts, per quantized MatMul/Gemm/Conv weight, the int8 values plus one fp32 scale "
         "and one int8 zero point per output channel; biases and fp32 (skipped) layers are not counted.",
     ]
+    if reduce_range(config):
+        notes.append("weights use 7 of their 8 bits (reduce_range" + (": this x86 CPU has no VNNI, and onnxruntime's u8s8 "
+                     "kernels saturate 16-bit sums with full-range int8 weights)" if config.reduce_range is None else ")"))
     report = PassReport(config.to_dict(), "onnx", "onnx", artifact.size_bytes(), 0, notes=notes)
     with tempfile.TemporaryDirectory(prefix=".int8.", dir=ctx.workdir) as tmp:
         prepared, cache = Path(tmp) / "prepared.onnx", Path(tmp) / "calibration.json"

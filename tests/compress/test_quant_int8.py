@@ -207,3 +207,24 @@ def test_a_model_with_nothing_to_quantize_fails_unless_allowed(tmp_path):
     with pytest.raises(EdgesmithError, match="quantized 0 of 0"):
         apply_pass(Artifact("onnx", path=path), Int8QdqConfig(), ctx)
     assert apply_pass(Artifact("onnx", path=path), Int8QdqConfig(allow_empty=True), ctx).artifact.path.exists()
+
+
+def test_reduce_range_is_automatic_on_x86_without_vnni_and_can_be_forced(tmp_path, monkeypatch):
+    # onnxruntime's u8s8 kernels saturate on AVX2-only CPUs; 7-bit weights are its documented fix there
+    import platform
+
+    from edgesmith.compress import quant_int8
+
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    cpu = tmp_path / "cpuinfo"
+    cpu.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\n")
+    assert quant_int8.x86_without_vnni(str(cpu))
+    cpu.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_vnni\n")
+    assert not quant_int8.x86_without_vnni(str(cpu))
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    assert not quant_int8.x86_without_vnni(str(cpu))
+    assert quant_int8.reduce_range(Int8QdqConfig(reduce_range=True)) is True
+    assert quant_int8.reduce_range(Int8QdqConfig(reduce_range=False)) is False
+    assert config_from_json(Int8QdqConfig(reduce_range=True).to_json()).reduce_range is True
+    with pytest.raises(EdgesmithError, match="reduce_range"):
+        Int8QdqConfig(reduce_range="yes")
