@@ -212,7 +212,15 @@ def weight_bytes(net: dict) -> int:
 
 
 def qat_finetune(model: S5Denoiser, train_split, cfg: TrainConfig, after_step=None, log=None) -> dict:
-    """Quantization-aware fine-tuning: train with fake-quantized weights and the table sigmoid."""
+    """Quantization-aware fine-tuning: train with fake-quantized weights and the table sigmoid.
+
+    Why not brevitas (the tensor models' QAT, ``compress/qat_brevitas.py``): the weights this network stores are
+    not any layer's parameter. B_bar and D are quantized after the pre-norm's scale is folded into them, C with
+    one scale shared by its real and imaginary halves, the complex diagonal recurrence is not a Linear or Conv,
+    and the sigmoid is the integer network's lookup table. Brevitas's QuantLinear/QuantConv quantize a layer's
+    own weight with per-tensor or per-channel scales; expressing the folded, shared scales would take custom
+    quant injectors around hand-written ops, i.e. this fake quantization again (``models/lrnn/s5.py``,
+    ``effective``), with the bit-exactness to the fixed-point and Lava networks to re-prove."""
     model.quant = True
     try:
         return train(model, train_split, cfg, after_step=after_step, log=log)
