@@ -337,27 +337,53 @@ class Config:
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
+@contextlib.contextmanager
+def build_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold ``PATH.lock`` while a cache entry is built: processes that need the same entry at once (the cells of
+    a parallel sweep) build it once; the others wait, then find it. The lock file stays; it holds no data."""
+    from filelock import FileLock
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        yield
+
+
+_MISS = object()
+
+
+def _load_entry(path: Path, load: Callable[[Path], Any]) -> Any:
+    if path.exists():
+        try:
+            return load(path)
+        except Exception:  # any unreadable or mismatched entry: rebuild
+            path.unlink(missing_ok=True)
+    return _MISS
+
+
 def cached(path: str | os.PathLike, make: Callable[[], Any], *, load: Callable[[Path], Any],
            save: Callable[[Any, Path], None]) -> tuple[Any, bool]:
     """The one cache-or-build: ``load(path)`` if the cache entry is there and readable, else ``make()``,
     saved atomically with ``save(value, tmp_path)``. A damaged or mismatched entry (``load`` raises) is
-    deleted and rebuilt, never trusted. Returns (value, whether it came from the cache)."""
+    deleted and rebuilt, never trusted. Built under ``build_lock``. Returns (value, whether it came from the cache)."""
     path = Path(path)
-    if path.exists():
-        try:
-            return load(path), True
-        except Exception:  # any unreadable or mismatched entry: rebuild
-            path.unlink(missing_ok=True)
-    shipped = SHIPPED_WEIGHTS / path.name
-    use_shipped = os.environ.get("EDGESMITH_NO_SHIPPED_WEIGHTS", "") in ("", "0")  # set to 1 to retrain them
-    if use_shipped and path.parent.name == "models" and shipped.exists():  # weights shipped under the same key
-        try:
-            return load(shipped), True
-        except Exception:  # a shipped file that no longer matches the code: train as if it were not there
-            pass
-    value = make()
-    with atomic_path(path, force=True) as tmp:
-        save(value, tmp)
+    value = _load_entry(path, load)
+    if value is not _MISS:
+        return value, True
+    with build_lock(path):
+        value = _load_entry(path, load)  # another process may have built it while this one waited
+        if value is not _MISS:
+            return value, True
+        shipped = SHIPPED_WEIGHTS / path.name
+        use_shipped = os.environ.get("EDGESMITH_NO_SHIPPED_WEIGHTS", "") in ("", "0")  # set to 1 to retrain them
+        if use_shipped and path.parent.name == "models" and shipped.exists():  # weights shipped under the same key
+            try:
+                return load(shipped), True
+            except Exception:  # a shipped file that no longer matches the code: train as if it were not there
+                pass
+        value = make()
+        with atomic_path(path, force=True) as tmp:
+            save(value, tmp)
     return value, False
 
 

@@ -9,6 +9,7 @@
     edgesmith bench F.onnx --runtime onnxruntime --batch 1          latency in a fresh process
     edgesmith deploy MODEL --target T --out DIR                     the target's whole plan -> report folder
     edgesmith deploy --recipe recipe.toml                           the same, options from a TOML recipe
+    edgesmith sweep sweep.toml                                      a grid of deploys, parallel or on Ray, resumable
     edgesmith demo                         the deploys of the shipped demo recipe, with a summary
 
 Every model kind (tensor, token-lm, stream, tree-policy) goes through the same ``deploy``; options that
@@ -220,6 +221,18 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    from edgesmith.bench.sweep import run_sweep
+
+    report = run_sweep(args.recipe, args.out, workers=args.workers, ray=args.ray, force=args.force,
+                       progress=not args.quiet)
+    failed = report["run"]["failed"]
+    if failed:
+        print(f"edgesmith: {failed} cell(s) failed (see the sweep report); run the same command again to retry them.",
+              file=sys.stderr)
+    return 1 if failed else 0
+
+
 # --- parser -------------------------------------------------------------------------------------------
 
 
@@ -336,6 +349,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", help="target name (see `edgesmith targets`)")
     _add_deploy_flags(p)
     p.set_defaults(func=cmd_deploy)
+
+    p = sub.add_parser("sweep", help="run a grid of deploys in parallel (or on Ray), cached per cell, resumable, "
+                                     "merged into one report with Pareto fronts")
+    p.add_argument("recipe", help="sweep recipe (TOML): deploy keys shared by every cell, [grid], [[cell]], [sweep]")
+    p.add_argument("--out", help="sweep folder (default: the recipe's [sweep] out, else runs/sweeps/NAME); reused "
+                                 "on a rerun, its finished cells kept")
+    p.add_argument("--workers", type=int, help="cells at a time on this machine (default: one per core)")
+    p.add_argument("--ray", metavar="auto|ADDRESS|local",
+                   help="run the cells as Ray tasks: auto (the cluster started by `ray start`), an address, or local "
+                        "(a Ray instance of this process)")
+    p.add_argument("--force", action="store_true", help="run every cell again, finished ones too")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("demo", help="run the demo recipe's deploys and summarise them")
     p.add_argument("--recipe", help="a recipe with [[deploy]] tables (default: the shipped bench/recipes/demo.toml)")

@@ -1,37 +1,32 @@
 """Width x sparsity sweep of the S5 denoiser: SI-SNR vs effective MACs vs memory, Pareto PNG, iso-accuracy.
 
     .venv/bin/python -m edgesmith.bench.benchmarks.lrnn_sweep --out runs/lrnn-sweep [--force] [--quick]
+        [--workers N] [--ray auto|ADDRESS] [--sweep-dir DIR]
 
-For each width: a dense model trained from scratch, then for each sparsity a copy pruned by IMP
-(ERK, cubic schedule) with fine-tuning. Every point is scored on the test split (SI-SNR) and costed
-per 8 ms step: effective MACs (non-zero weights plus the dense recurrence and D terms) and memory of
-the w8a16 network (8-bit weights, CSR-like storage with 16-bit column indices and row pointers
-where that is smaller than dense, 16-bit eigenvalues). Iso-accuracy: the dense curve (SI-SNR vs
-log MACs, and vs log memory) is interpolated at each sparse point's SI-SNR, giving how many times
-more compute and memory a dense model needs for the same SI-SNR.
-
-The sweep uses a smaller data set than the deploy plan (``SWEEP_DATA``) to fit a 2-core budget.
+The cells are an ``edgesmith sweep`` (``bench/recipes/sweeps/lrnn-width-sparsity.toml``; ``--quick``: its
+test-size twin): per width a dense model trained from scratch, and per sparsity that model pruned by IMP (ERK,
+cubic schedule) with fine-tuning, then fine-tuned for w8a16. The sweep runs them in parallel (or on Ray),
+caches each cell and resumes; its own report has the measured latencies and the Pareto fronts against
+size, latency and energy. What this script adds is the paper's view: every float point (dense, pruned) costed
+per 8 ms step by effective MACs (non-zero weights plus the dense recurrence and D terms) and memory of the
+w8a16 network (8-bit weights, CSR-like storage with 16-bit column indices and row pointers where that is
+smaller than dense, 16-bit eigenvalues), and iso-accuracy: the dense curve (SI-SNR vs log MACs, and vs log
+memory) interpolated at each sparse point's SI-SNR, giving how many times more compute and memory a dense
+model needs for the same SI-SNR. The models are read back from the cache the sweep filled (nothing retrains).
 """
 from __future__ import annotations
 
 import argparse
-import copy
-import json
-from dataclasses import asdict
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from edgesmith.compress.lrnn.prune import ImpConfig, prune_finetune
 from edgesmith.common import EdgesmithError, atomic_path, write_json
-from edgesmith.models.lrnn.data import DataConfig, load_splits
-from edgesmith.models.lrnn.s5 import S5Config, S5Denoiser
-from edgesmith.models.lrnn.train import TrainConfig, score, torch_mask_fn, train
+from edgesmith.models.lrnn.s5 import S5Denoiser
 
-SWEEP_DATA = DataConfig(n_train=128, n_val=16, n_test=32, clip_s=2.0)
-WIDTHS = (0.5, 1.0, 2.0)
-SPARSITIES = (0.0, 0.5, 0.75, 0.9)
-PRUNE_END = 0.6  # reach the final sparsity at 60% of the short fine-tuning, leaving 40% to recover
+RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "sweeps"
+RECIPE, QUICK_RECIPE = RECIPES / "lrnn-width-sparsity.toml", RECIPES / "lrnn-width-sparsity-quick.toml"
 
 
 def memory_bytes(model: S5Denoiser) -> int:
@@ -46,26 +41,49 @@ def memory_bytes(model: S5Denoiser) -> int:
     return total + cfg.n_layers * (cfg.d_model + 2 * 2 * cfg.modes)  # D (8-bit) and lambda (2 x 16-bit)
 
 
-def run_sweep(data: DataConfig, widths, sparsities, dense_epochs: int, prune_epochs: int, log=print) -> list[dict]:
-    splits = load_splits(data)
+def cell_model(spec: dict, sparse: bool) -> S5Denoiser:
+    """A cell's float model as its deploy built it (producer and prune pass, both found in the cache)."""
+    from edgesmith.bench.deploy import source_artifact
+    from edgesmith.compress import PassContext, run_passes
+    from edgesmith.compress.lrnn.train_passes import PruneLrnnConfig
+    from edgesmith.models import get_producer
+    from edgesmith.models.kinds import get_kind
+
+    seed = spec.get("seed", 0)
+    prod = get_producer(spec["model"], seed=seed, **spec.get("model_options", {})).build()
+    if not sparse:
+        return prod.module_
+    kopts = get_kind(prod.kind).options(spec.get("options", {}))
+    prune = PruneLrnnConfig(sparsity=kopts.sparsity, epochs=kopts.prune_epochs, end=kopts.prune_end)
+    with tempfile.TemporaryDirectory(prefix="edgesmith-lrnn-sweep-") as tmp:
+        ctx = PassContext(workdir=Path(tmp), seed=seed, train_data=prod.training_data(),
+                          example_input=prod.example_inputs(1))
+        art, _ = run_passes(source_artifact(prod), [prune], ctx)
+    return art.module
+
+
+def points_from_sweep(sweep: dict) -> list[dict]:
+    """One point per float row of the sweep (dense torch, sparse torch), with the w8a16 SI-SNR of the same
+    cell beside it, costed from the model itself."""
+    from edgesmith.models.kinds import get_kind
+
+    by_cell = {}
+    for r in sweep["rows"]:
+        by_cell.setdefault(r["cell"], {})[r["variant"]] = r
     points = []
-    for w in widths:
-        dense = S5Denoiser(S5Config(width=w), seed=0)
-        train(dense, splits["train"], TrainConfig(epochs=dense_epochs))
-        for s in sparsities:
-            m = dense
-            if s > 0:
-                m = copy.deepcopy(dense)
-                prune_finetune(m, splits["train"], ImpConfig(sparsity=s, end=PRUNE_END),
-                               TrainConfig(epochs=prune_epochs, lr=1e-3))
-            res = score(torch_mask_fn(m), splits["test"])
-            pt = {"width": w, "sparsity": s, "d_model": m.cfg.d_model, "modes": m.cfg.modes,
-                  "si_snr_db": res["si_snr_db"], "si_snr_improvement_db": res["si_snr_improvement_db"],
-                  "effective_macs": m.effective_macs_per_step(), "dense_macs": m.dense_macs_per_step(),
-                  "memory_bytes": memory_bytes(m)}
-            log(f"width {w} sparsity {s}: {pt['si_snr_db']:.2f} dB, {pt['effective_macs']} MACs, "
-                f"{pt['memory_bytes']} B")
-            points.append(pt)
+    for cell in sweep["cells"]:
+        rows = by_cell.get(cell["index"], {})
+        spec = cell["spec"]
+        for variant in ("dense", "sparse"):
+            if variant not in rows:
+                continue
+            m = cell_model(spec, sparse=variant == "sparse")
+            fixed = rows.get("sparse-fixed")
+            sparsity = get_kind("stream").options(spec.get("options", {})).sparsity if variant == "sparse" else 0.0
+            points.append({"width": m.cfg.width, "sparsity": sparsity, "d_model": m.cfg.d_model, "modes": m.cfg.modes, "si_snr_db": rows[variant]["value"],
+                           "si_snr_db_w8a16": fixed["value"] if fixed and variant == "sparse" else None,
+                           "effective_macs": m.effective_macs_per_step(), "dense_macs": m.dense_macs_per_step(),
+                           "memory_bytes": memory_bytes(m), "cell": cell["key"]})
     return points
 
 
@@ -128,17 +146,21 @@ def plot(points: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def sweep_into(folder: Path, quick: bool = False, dense_epochs: int = 6, prune_epochs: int = 3, log=print,
-               widths=WIDTHS, sparsities=SPARSITIES, previous: list[dict] | None = None) -> dict:
-    """Run the sweep (adding to ``previous`` points) and write ``sweep.json`` and ``pareto.png`` into ``folder``."""
-    if quick:
-        data, widths, sparsities, de, pe = DataConfig.tiny(), (0.25, 0.5), (0.0, 0.9), 2, 1
-    else:
-        data, de, pe = SWEEP_DATA, dense_epochs, prune_epochs
-    points = list(previous or []) + run_sweep(data, widths, sparsities, de, pe, log=log)
-    result = {"data": asdict(data), "dense_epochs": de, "prune_epochs": pe, "prune_end": PRUNE_END,
-              "points": points, "pareto_macs": pareto(points, "effective_macs"),
-              "pareto_memory": pareto(points, "memory_bytes"), "iso_accuracy": iso_accuracy(points)}
+def sweep_into(folder: Path, quick: bool = False, log=print, workers: int | None = None, ray: str | None = None,
+               sweep_dir: Path | None = None) -> dict:
+    """Run (or resume) the sweep recipe's cells with ``edgesmith sweep`` in ``sweep_dir`` (default
+    ``folder/cells``), then write the paper's view, ``sweep.json`` and ``pareto.png``, into ``folder``."""
+    from edgesmith.bench.sweep import run_sweep
+
+    recipe = QUICK_RECIPE if quick else RECIPE
+    sweep = run_sweep(recipe, sweep_dir or folder / "cells", workers=workers, ray=ray, log=log)
+    if sweep["run"]["failed"]:
+        raise EdgesmithError(f"{sweep['run']['failed']} sweep cell(s) failed (see {sweep_dir or folder / 'cells'}/sweep.md).",
+                             "fix what they report and run again: finished cells are kept.")
+    points = points_from_sweep(sweep)
+    result = {"recipe": str(recipe), "sweep_run": sweep["run"], "points": points,
+              "pareto_macs": pareto(points, "effective_macs"), "pareto_memory": pareto(points, "memory_bytes"),
+              "iso_accuracy": iso_accuracy(points)}
     write_json(folder / "sweep.json", result)
     plot(points, folder / "pareto.png")
     return result
@@ -154,21 +176,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="runs/lrnn-sweep")
     ap.add_argument("--force", action="store_true")
-    ap.add_argument("--quick", action="store_true", help="tiny data, two widths, two sparsities (seconds)")
-    ap.add_argument("--dense-epochs", type=int, default=6)
-    ap.add_argument("--prune-epochs", type=int, default=3)
-    ap.add_argument("--widths", type=float, nargs="*", default=list(WIDTHS))
-    ap.add_argument("--sparsities", type=float, nargs="+", default=list(SPARSITIES))
-    ap.add_argument("--add-to", type=Path, default=None, help="keep the points of this earlier sweep.json")
+    ap.add_argument("--quick", action="store_true", help="the test-size recipe: tiny data, three widths (a minute)")
+    ap.add_argument("--workers", type=int, default=None, help="sweep cells at a time (default: one per core)")
+    ap.add_argument("--ray", default=None, help="run the cells on Ray: auto, an address, or local")
+    ap.add_argument("--sweep-dir", type=Path, default=None,
+                    help="the sweep folder to run or resume (default: OUT/cells, made anew with OUT)")
     a = ap.parse_args(argv)
     out = Path(a.out)
     if out.exists() and not a.force:
         raise EdgesmithError(f"{out} already exists.", "choose another --out folder or pass --force.")
-    previous = json.loads(Path(a.add_to).read_text())["points"] if a.add_to else None
     with atomic_path(out, force=a.force) as tmp:
         tmp.mkdir(parents=True)
-        result = sweep_into(tmp, a.quick, a.dense_epochs, a.prune_epochs, widths=tuple(a.widths),
-                            sparsities=tuple(a.sparsities), previous=previous)
+        result = sweep_into(tmp, a.quick, workers=a.workers, ray=a.ray, sweep_dir=a.sweep_dir)
     print("\n".join(iso_lines(result)) or "no sparse point falls inside the dense SI-SNR range")
     return 0
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edgesmith.common import EdgesmithError, atomic_path, cache_dir
+from edgesmith.common import EdgesmithError, atomic_path, build_lock, cache_dir
 from edgesmith.models.lrnn.config import Config
 
 SR = 16_000
@@ -300,24 +300,30 @@ def _make_split(n: int, cfg: DataConfig, seed: int, speech: list[np.ndarray], ki
     return Split(noisy, clean, snrs, np.array(kinds))
 
 
+def _synthesize(cfg: DataConfig, path: Path) -> None:
+    arrays = {}
+    with tempfile.TemporaryDirectory(prefix="edgesmith-espeak-") as tmp:
+        pools = {"train": utterances(TRAIN, cfg.n_utterances, cfg.seed * 1000 + 1, Path(tmp)),
+                 "heldout": utterances(HELDOUT, max(8, cfg.n_utterances // 3), cfg.seed * 1000 + 2, Path(tmp))}
+        for j, (name, n, pool) in enumerate((("train", cfg.n_train, "train"), ("val", cfg.n_val, "train"),
+                                             ("test", cfg.n_test, "heldout"))):
+            # training sees babble twice as often: competing talkers are the hardest noise to learn
+            cycle = NOISES + ("babble",) if name == "train" else NOISES
+            split = _make_split(int(n), cfg, cfg.seed * 1000 + 17 * (j + 1), pools[pool], cycle,
+                                balanced=name == "test")
+            arrays.update({f"{name}_{k}": getattr(split, k) for k in ("noisy", "clean", "snr_db", "noise")})
+    with atomic_path(path, force=True) as tmp_path:
+        with open(tmp_path, "wb") as f:
+            np.savez(f, **arrays)
+
+
 def load_splits(cfg: DataConfig) -> dict[str, Split]:
     """{"train", "val", "test"} for ``cfg`` (test is the held-out world): made once, then read from the cache."""
     path = cache_dir() / "lrnn-data" / f"speech-{cfg.key()}.npz"
     if not path.exists():
-        arrays = {}
-        with tempfile.TemporaryDirectory(prefix="edgesmith-espeak-") as tmp:
-            pools = {"train": utterances(TRAIN, cfg.n_utterances, cfg.seed * 1000 + 1, Path(tmp)),
-                     "heldout": utterances(HELDOUT, max(8, cfg.n_utterances // 3), cfg.seed * 1000 + 2, Path(tmp))}
-            for j, (name, n, pool) in enumerate((("train", cfg.n_train, "train"), ("val", cfg.n_val, "train"),
-                                                 ("test", cfg.n_test, "heldout"))):
-                # training sees babble twice as often: competing talkers are the hardest noise to learn
-                cycle = NOISES + ("babble",) if name == "train" else NOISES
-                split = _make_split(int(n), cfg, cfg.seed * 1000 + 17 * (j + 1), pools[pool], cycle,
-                                    balanced=name == "test")
-                arrays.update({f"{name}_{k}": getattr(split, k) for k in ("noisy", "clean", "snr_db", "noise")})
-        with atomic_path(path, force=True) as tmp_path:
-            with open(tmp_path, "wb") as f:
-                np.savez(f, **arrays)
+        with build_lock(path):  # parallel sweep cells with the same data settings synthesize it once
+            if not path.exists():
+                _synthesize(cfg, path)
     with np.load(path, allow_pickle=False) as z:  # a damaged file fails here, not at first use
         missing = {f"{n}_{f}" for n in ("train", "val", "test") for f in ("noisy", "clean", "snr_db", "noise")} - set(z.files)
     if missing:

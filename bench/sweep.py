@@ -1,0 +1,518 @@
+"""``edgesmith sweep recipe.toml``: a grid (or list) of deploys, run in parallel, cached per cell, merged.
+
+A sweep recipe is a deploy recipe (``bench/recipe.py``) whose top level is shared by every cell, plus::
+
+    [sweep]                       # how it runs (all optional)
+    out = "runs/sweeps/lrnn"      # the sweep folder: cells/ and the merged report
+    workers = 0                   # cells at a time on this machine; 0: one per core
+    threads_per_cell = 1          # threads each cell's deploy trains and runs with (default 1: a cell is measured
+                                  # the same way whatever the worker count, so a resumed sweep keeps its cells)
+    [grid]                        # every combination of these values (a table's keys dotted or nested)
+    target = ["host-cpu", "loihi2"]
+    [grid.options]
+    sparsity = [0.5, 0.9]
+    [[cell]]                      # and/or cells listed one by one (deploy tables over the top level)
+    model_options = { width = 2.0 }
+
+Each cell is one ``deploy`` (``bench/deploy.py``). Its folder under ``cells/`` is named by a content hash
+of what it deploys: the cell's deploy table (paths made absolute), the bytes of every file it names (model,
+data) and the edgesmith version. A cell whose ``cell.json`` is there is done, so a rerun, or a sweep that was
+interrupted, runs only the missing cells (``--force`` runs them all again). The threads a cell runs with are
+part of its table (``threads``), so figures measured with different thread counts are never mixed. Cells run in a process pool on this
+machine, or as Ray tasks with ``--ray auto|ADDRESS`` (Ray schedules; a task returns the cell's report, and
+this process writes it). The merged report (``sweep.json``, ``sweep.md``, ``pareto.png``): every cell's rows
+(variant x runtime) with the metric, size, batch-1 latency and energy per sample, and per target and metric
+the Pareto front of the metric against each cost. A front never mixes provenances: measured and estimated
+latencies (or energies) are ranked separately.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import os
+import time
+import tomllib
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+
+from edgesmith import __version__
+from edgesmith.bench.recipe import check_deploy_table, deploy_options, merged
+from edgesmith.common import EdgesmithError, atomic_path, write_json
+
+SWEEP = {"out": str, "workers": int, "threads_per_cell": int}
+PATH_KEYS = ("calibration_data", "train_data", "eval_data", "labels")
+MARKER = ".edgesmith-sweep"
+COSTS = (("size_bytes", "size (bytes)"), ("latency_s", "batch-1 p50 latency (s)"),
+         ("energy_j", "energy per sample (J)"))
+
+
+@dataclass
+class Cell:
+    """One deploy of the sweep: ``params`` are its grid values (for tables), ``spec`` its whole deploy table."""
+
+    index: int
+    params: dict
+    spec: dict
+    key: str = ""
+
+    @property
+    def name(self) -> str:
+        return ", ".join(f"{k}={json.dumps(v)}" for k, v in self.params.items()) or f"cell {self.index}"
+
+
+# --- the recipe --------------------------------------------------------------------------------------------
+
+
+def _flatten(table: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in table.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _set_dotted(spec: dict, dotted: str, value) -> None:
+    head, _, tail = dotted.partition(".")
+    if tail:
+        inner = spec.get(head)
+        spec[head] = {**(inner if isinstance(inner, dict) else {}), tail: value}
+    else:
+        spec[head] = value
+
+
+def load_sweep(path: str | os.PathLike) -> tuple[dict, list[Cell]]:
+    """The sweep settings and its cells, every cell's deploy table checked (no work done yet)."""
+    p = Path(path)
+    if not p.is_file():
+        raise EdgesmithError(f"sweep recipe {p} does not exist.", "check the path of the recipe.")
+    try:
+        data = tomllib.loads(p.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise EdgesmithError(f"sweep recipe {p} is not valid TOML: {e}.", "fix the syntax (README: sweeps).") from None
+    settings = data.pop("sweep", {})
+    grid = data.pop("grid", {})
+    listed = data.pop("cell", [])
+    if not isinstance(settings, dict) or not isinstance(grid, dict):
+        raise EdgesmithError(f"sweep recipe {p}: [sweep] and [grid] must be tables.", "write them as [sweep] / [grid].")
+    for k, v in settings.items():
+        if k not in SWEEP:
+            raise EdgesmithError(f"sweep recipe {p}: unknown [sweep] key {k!r}.", f"valid keys: {', '.join(SWEEP)}.")
+        if not isinstance(v, SWEEP[k]) or isinstance(v, bool) or (SWEEP[k] is int and v < 0):
+            raise EdgesmithError(f"sweep recipe {p}: [sweep] {k} is {v!r}.",
+                                 "use a path for out and whole numbers >= 0 for workers and threads_per_cell.")
+    if not isinstance(listed, list) or not all(isinstance(c, dict) for c in listed):
+        raise EdgesmithError(f"sweep recipe {p}: cell must be a list of [[cell]] tables.", "write each as [[cell]].")
+    check_deploy_table(data, f"sweep recipe {p}")
+    axes = _flatten(grid)
+    for k, v in axes.items():
+        if not isinstance(v, list) or not v:
+            raise EdgesmithError(f"sweep recipe {p}: [grid] {k} is {v!r}, not a non-empty list of values.",
+                                 f"write e.g. {k} = [value1, value2].")
+    combos = [dict(zip(axes, values)) for values in itertools.product(*axes.values())] if axes else [{}]
+    cells = []
+    for extra in (listed or [{}]):
+        for combo in combos:
+            spec = merged(data, extra)
+            for k, v in combo.items():
+                _set_dotted(spec, k, v)
+            params = {**_flatten(extra), **combo}
+            where = f"sweep recipe {p} cell {len(cells) + 1} ({', '.join(f'{k}={v}' for k, v in params.items())})"
+            check_deploy_table(spec, where)
+            for k in ("model", "target"):
+                if not spec.get(k):
+                    raise EdgesmithError(f"{where}: no {k}.", f"set {k} at the top level, in [grid] or in each [[cell]].")
+            cells.append(Cell(len(cells), params, _absolute_paths(spec)))
+    for c in cells:
+        _check_cell(c.spec)
+        c.key = cell_key(c.spec)
+    if len({c.key for c in cells}) < len(cells):
+        raise EdgesmithError(f"sweep recipe {p}: two cells deploy the same thing.",
+                             "remove the repeated grid value or [[cell]] entry.")
+    return settings, cells
+
+
+def _check_cell(spec: dict) -> None:
+    """What can be checked of a cell without building anything: its deploy options, and for a registered producer
+    its kind's options and whether the target runs that kind (a typo must not surface after an hour of cells)."""
+    from edgesmith.hardware import get_target
+    from edgesmith.models.base import producer_class
+    from edgesmith.models.kinds import get_kind
+
+    opts = deploy_options(argparse.Namespace(quiet=True), spec, {"out": "unused"})
+    target = get_target(opts.target)
+    cls = producer_class(opts.model)
+    if cls is not None:
+        kind = get_kind(cls.kind)
+        target.check_kind(kind.name, opts.model)
+        kind.options(opts.plan.options)
+
+
+def _model_path(model: str) -> Path | None:
+    stem = model.rsplit(":", 1)[0] if ".py:" in model else model
+    path = Path(stem)
+    return path if path.exists() else None
+
+
+def _absolute_paths(spec: dict) -> dict:
+    """Paths a cell names, made absolute: a worker (a Ray task, say) may start in another folder."""
+    spec = dict(spec)
+    path = _model_path(spec["model"])
+    if path is not None:
+        spec["model"] = str(path.resolve()) + spec["model"][len(spec["model"].rsplit(":", 1)[0]):] \
+            if ".py:" in spec["model"] else str(path.resolve())
+    for k in PATH_KEYS:
+        if k in spec and Path(spec[k]).exists():
+            spec[k] = str(Path(spec[k]).resolve())
+    return spec
+
+
+def _fingerprint(path: Path) -> str:
+    h = hashlib.sha256()
+    files = sorted(q for q in path.rglob("*") if q.is_file()) if path.is_dir() else [path]
+    for q in files:
+        h.update(str(q.relative_to(path) if path.is_dir() else q.name).encode())
+        with open(q, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def cell_key(spec: dict) -> str:
+    """Content hash of one cell: its deploy table, the bytes of the files it names, the edgesmith version."""
+    files = {}
+    model = _model_path(spec["model"])
+    for name, path in [("model", model)] + [(k, Path(spec[k])) for k in PATH_KEYS if k in spec]:
+        if path is not None and path.exists():
+            files[name] = _fingerprint(path)
+    blob = json.dumps({"spec": {k: v for k, v in spec.items() if k not in ("out", "force")}, "files": files,
+                       "edgesmith": __version__}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# --- one cell ----------------------------------------------------------------------------------------------
+
+
+def _limit_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    try:
+        import numba
+
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    except Exception:  # Numba absent or already fixed at import: its kernels then use their own count
+        pass
+
+
+def run_cell(spec: dict, folder: str, threads: int) -> dict:
+    """Deploy one cell into ``folder`` (a process pool worker or a Ray task); returns its summary and report."""
+    from edgesmith.bench.demo import _summary_rows
+    from edgesmith.bench.deploy import deploy
+
+    _limit_threads(threads)
+    opts = deploy_options(argparse.Namespace(quiet=True), spec, {"out": folder, "force": True})
+    t0 = time.perf_counter()
+    deploy(opts)
+    wall = time.perf_counter() - t0
+    report = json.loads((Path(folder) / "report.json").read_text())
+    return {"summary": _summary_rows(report), "wall_s": wall, "host": os.uname().nodename, "pid": os.getpid(),
+            "report_md": (Path(folder) / "report.md").read_text(), "report": report}
+
+
+def _ray_cell(spec: dict, threads: int) -> dict:
+    """A Ray task: deploy into a scratch folder of the worker's machine, hand back the report itself."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="edgesmith-sweep-cell-") as tmp:
+        return run_cell(spec, str(Path(tmp) / "deploy"), threads)
+
+
+def _write_cell(folder: Path, cell: Cell, result: dict, runner: str) -> dict:
+    deploy_dir = folder / "deploy"
+    if not (deploy_dir / "report.json").exists():  # a Ray task's deploy folder stayed on its worker
+        with atomic_path(deploy_dir, force=True) as tmp:
+            tmp.mkdir(parents=True)
+            (tmp / ".edgesmith-output").touch()
+            write_json(tmp / "report.json", result["report"])
+            (tmp / "report.md").write_text(result["report_md"])
+    record = {"key": cell.key, "index": cell.index, "params": cell.params, "spec": cell.spec,
+              "runner": runner, "host": result["host"], "pid": result["pid"], "wall_s": result["wall_s"],
+              "summary": result["summary"]}
+    write_json(folder / "cell.json", record)
+    return record
+
+
+def _done(folder: Path, cell: Cell) -> dict | None:
+    try:
+        record = json.loads((folder / "cell.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return record if record.get("key") == cell.key else None
+
+
+# --- the sweep ---------------------------------------------------------------------------------------------
+
+
+def _prepare_out(out: Path) -> None:
+    if out.exists() and not (out / MARKER).exists():
+        raise EdgesmithError(f"{out} exists and is not a sweep folder.",
+                             "choose another --out (a sweep folder is reused: its finished cells are kept).")
+    (out / "cells").mkdir(parents=True, exist_ok=True)
+    (out / MARKER).touch()
+    (out / ".edgesmith-output").touch()
+
+
+def run_sweep(recipe: str | os.PathLike, out: str | os.PathLike | None = None, *, workers: int | None = None,
+              ray: str | None = None, force: bool = False, progress: bool = True, log=print) -> dict:
+    """Run the cells of ``recipe`` not done yet; merge every cell into the sweep report. Returns its summary."""
+    from tqdm.auto import tqdm
+
+    settings, cells = load_sweep(recipe)
+    out = Path(out or settings.get("out") or f"runs/sweeps/{Path(recipe).stem}")
+    cores = os.cpu_count() or 1
+    workers = workers if workers is not None else settings.get("workers", 0)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise EdgesmithError(f"workers is {workers!r}.", "use a whole number >= 0 (0: one per core).")
+    workers = workers or cores
+    threads = settings.get("threads_per_cell") or 1
+    for c in cells:  # the threads a cell is measured with are part of what it is: a cached cell keeps its own
+        if "threads" not in c.spec:
+            c.spec["threads"] = threads
+            c.key = cell_key(c.spec)
+    _prepare_out(out)
+    records, todo = {}, []
+    for c in cells:
+        record = None if force else _done(out / "cells" / c.key, c)
+        if record is not None:
+            records[c.key] = record
+        else:
+            todo.append(c)
+    log(f"[edgesmith] sweep {Path(recipe).name}: {len(cells)} cells, {len(records)} done before, {len(todo)} to run "
+        + (f"on Ray ({ray})" if ray else f"on {min(workers, max(1, len(todo)))} local worker(s)")
+        + f", {threads} thread(s) each")
+    t0 = time.perf_counter()
+    failed = {}
+    bar = tqdm(total=len(todo), desc="sweep", unit="cell", disable=not progress or not todo)
+    run = _run_on_ray if ray else _run_local
+    try:
+        for cell, result, error in run(todo, out, workers, threads, ray):
+            if error is None:
+                records[cell.key] = _write_cell(out / "cells" / cell.key, cell, result, "ray" if ray else "local")
+            else:
+                failed[cell.key] = {"cell": cell.name, "error": error}
+                log(f"[edgesmith] cell {cell.name} failed: {error}")
+            bar.update(1)
+    finally:
+        bar.close()
+    wall = time.perf_counter() - t0
+    report = merge(cells, records, failed, {"recipe": str(Path(recipe).resolve()), "ran": len(todo) - len(failed),
+                                            "cached": len(cells) - len(todo), "failed": len(failed),
+                                            "wall_s": wall, "workers": None if ray else workers, "ray": ray,
+                                            "threads_per_cell": threads})
+    write_sweep_report(out, report)
+    log(f"[edgesmith] sweep report: {out / 'sweep.md'} ({report['run']['ran']} ran, {report['run']['cached']} cached, "
+        f"{len(failed)} failed, {wall:.1f} s)")
+    return report
+
+
+def _run_local(todo: list[Cell], out: Path, workers: int, threads: int, _ray):
+    """(cell, result, error) as cells finish; one process per worker (spawned: no forked torch threads)."""
+    if not todo:
+        return
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=get_context("spawn"))
+    try:
+        pending = {pool.submit(run_cell, c.spec, str(out / "cells" / c.key / "deploy"), threads): c for c in todo}
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                cell = pending.pop(fut)
+                try:
+                    yield cell, fut.result(), None
+                except EdgesmithError as e:
+                    yield cell, None, f"{e.problem} ({e.fix})" if e.fix else e.problem
+                except Exception as e:  # a crashed cell is reported with the others, not the end of the sweep
+                    yield cell, None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+
+
+def _run_on_ray(todo: list[Cell], out: Path, workers: int, threads: int, address: str):
+    try:
+        import ray
+    except ImportError:
+        raise EdgesmithError("Ray is not installed in this environment.", "pip install ray (make setup installs it).") from None
+    if not todo:
+        return
+    started = not ray.is_initialized()
+    if started:
+        try:
+            ray.init(address=None if address == "local" else address, log_to_driver=False,
+                     include_dashboard=False, configure_logging=False)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise EdgesmithError(f"cannot reach a Ray cluster at {address!r}: {str(e).splitlines()[0]}",
+                                 "start one (ray start --head) or pass --ray local for a Ray instance of this process.") from None
+    task = ray.remote(num_cpus=threads, max_retries=0)(_ray_cell)
+    pending = {}
+    try:
+        pending = {task.remote(c.spec, threads): c for c in todo}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                cell = pending.pop(ref)
+                try:
+                    yield cell, ray.get(ref), None
+                except ray.exceptions.RayTaskError as e:
+                    cause = e.cause if getattr(e, "cause", None) is not None else e
+                    msg = f"{cause.problem} ({cause.fix})" if isinstance(cause, EdgesmithError) else \
+                        f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
+                    yield cell, None, msg
+    finally:
+        for ref in pending:  # an interrupted sweep leaves no task running on the cluster
+            ray.cancel(ref, force=True)
+        if started:
+            ray.shutdown()
+
+
+# --- the merged report -------------------------------------------------------------------------------------
+
+
+def _rows(cells: list[Cell], records: dict) -> list[dict]:
+    rows = []
+    for c in cells:
+        rec = records.get(c.key)
+        if rec is None:
+            continue
+        s = rec["summary"]
+        for r in s["rows"]:
+            lat = r["latency"].get("1") or next(iter(r["latency"].values()), None)
+            rows.append({"cell": c.index, "key": c.key, "params": c.params, "model": s["model"], "target": s["target"],
+                         "variant": r["variant"], "runtime": r["runtime"],
+                         "metric": s["reference"]["metric"], "higher_is_better": s["reference"]["higher_is_better"],
+                         "value": r["metric"], "size_bytes": r["size_bytes"],
+                         "latency_s": lat["p50"] if lat else None, "latency_provenance": lat["provenance"] if lat else None,
+                         "energy_j": r["energy_j_per_unit"], "energy_provenance": r["energy_provenance"],
+                         "energy_per": r["energy_per"]})
+    return rows
+
+
+def pareto_front(rows: list[dict], cost: str) -> list[dict]:
+    """Rows no other row beats: as good or better on the metric at no more cost, strictly better on one."""
+    def better(q, p):
+        hib = p["higher_is_better"]
+        ge = q["value"] >= p["value"] if hib else q["value"] <= p["value"]
+        gt = q["value"] > p["value"] if hib else q["value"] < p["value"]
+        return q[cost] <= p[cost] and ge and (q[cost] < p[cost] or gt)
+    pts = [r for r in rows if r.get(cost) is not None]
+    return sorted((p for p in pts if not any(better(q, p) for q in pts if q is not p)), key=lambda r: r[cost])
+
+
+def fronts(rows: list[dict]) -> list[dict]:
+    """Per target, metric and cost (and the cost's provenance): the Pareto front, as row indices."""
+    out = []
+    groups = sorted({(r["target"], r["metric"]) for r in rows})
+    for target, metric in groups:
+        group = [r for r in rows if r["target"] == target and r["metric"] == metric]
+        for cost, _ in COSTS:
+            prov_key = {"latency_s": "latency_provenance", "energy_j": "energy_provenance"}.get(cost)
+            for prov in sorted({r[prov_key] for r in group if r[prov_key]} if prov_key else {"measured"}):
+                sub = [r for r in group if (prov_key is None or r[prov_key] == prov) and r.get(cost) is not None]
+                if sub:
+                    front = pareto_front(sub, cost)
+                    out.append({"target": target, "metric": metric, "cost": cost,
+                                "provenance": prov if prov_key else "counted (file bytes)",
+                                "rows": [rows.index(r) for r in front]})
+    return out
+
+
+def merge(cells: list[Cell], records: dict, failed: dict, run: dict) -> dict:
+    rows = _rows(cells, records)
+    return {"run": run, "cells": [{"index": c.index, "key": c.key, "params": c.params, "spec": c.spec,
+                                   "status": "done" if c.key in records else ("failed" if c.key in failed else "missing"),
+                                   "wall_s": records[c.key]["wall_s"] if c.key in records else None,
+                                   "error": failed.get(c.key, {}).get("error")} for c in cells],
+            "rows": rows, "fronts": fronts(rows)}
+
+
+def _fmt(v, unit=""):
+    return "-" if v is None else f"{v:.4g}{unit}"
+
+
+def markdown(report: dict) -> str:
+    run, rows = report["run"], report["rows"]
+    lines = ["# Sweep", "",
+             f"Recipe `{run['recipe']}`: {len(report['cells'])} cells; this run ran {run['ran']}, found {run['cached']} "
+             f"done before, {run['failed']} failed; {run['wall_s']:.1f} s wall "
+             + (f"on Ray ({run['ray']})" if run["ray"] else f"with {run['workers']} local worker(s)")
+             + f", {run['threads_per_cell']} thread(s) per cell.", "",
+             "| cell | params | status | cell wall (s) |", "|---|---|---|---|"]
+    for c in report["cells"]:
+        lines.append(f"| {c['index']} | {', '.join(f'{k}={v}' for k, v in c['params'].items())} | {c['status']}"
+                     + (f": {c['error']}" if c["error"] else "") + f" | {_fmt(c['wall_s'])} |")
+    on_front = {}
+    for f in report["fronts"]:
+        for i in f["rows"]:
+            on_front.setdefault(i, []).append(f["cost"].split("_")[0])
+    lines += ["", "Every row: one variant in one runtime of one cell. Latency is batch-1 p50; energy per "
+              "sample. Each figure carries its provenance (measured here, or estimated by the target's cost "
+              "model: coefficients and sources in each cell's deploy report). front: the costs on whose "
+              "Pareto front the row lies (per target and metric, one provenance at a time).", "",
+              "| cell | params | target | variant | runtime | metric | size | latency | energy | front |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(rows):
+        lines.append(f"| {r['cell']} | {', '.join(f'{k}={v}' for k, v in r['params'].items())} | {r['target']} | "
+                     f"{r['variant']} | {r['runtime']} | {r['metric']} {r['value']:.4g} | {r['size_bytes'] / 1024:.1f} KiB | "
+                     f"{_fmt(r['latency_s'], ' s')} ({r['latency_provenance']}) | {_fmt(r['energy_j'], ' J')} "
+                     f"({r['energy_provenance']}) | {', '.join(on_front.get(i, [])) or '-'} |")
+    lines += ["", "![Pareto fronts](pareto.png)", ""]
+    return "\n".join(lines)
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["rows"]
+    groups = sorted({(r["target"], r["metric"]) for r in rows})
+    if not groups:
+        return
+    fig, axes = plt.subplots(len(groups), len(COSTS), figsize=(4.2 * len(COSTS), 3.6 * len(groups)), squeeze=False)
+    for gi, (target, metric) in enumerate(groups):
+        for ci, (cost, label) in enumerate(COSTS):
+            ax = axes[gi][ci]
+            group = [r for r in rows if r["target"] == target and r["metric"] == metric and r.get(cost) is not None]
+            for variant in sorted({r["variant"] for r in group}):
+                pts = [r for r in group if r["variant"] == variant]
+                ax.scatter([r[cost] for r in pts], [r["value"] for r in pts], s=18, label=variant)
+            for f in report["fronts"]:
+                if (f["target"], f["metric"], f["cost"]) == (target, metric, cost):
+                    front = [rows[i] for i in f["rows"]]
+                    ax.plot([r[cost] for r in front], [r["value"] for r in front], "k--", lw=1,
+                            label=f"front ({f['provenance']})" if cost != "size_bytes" else "front")
+            ax.set_xscale("log")
+            ax.set_xlabel(label)
+            ax.set_ylabel(metric)
+            ax.set_title(target, fontsize=9)
+            ax.grid(alpha=0.3)
+            if group:
+                ax.legend(fontsize=6)
+    fig.tight_layout()
+    with atomic_path(path, force=True) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
+
+
+def write_sweep_report(out: Path, report: dict) -> None:
+    write_json(out / "sweep.json", report)
+    with atomic_path(out / "sweep.md", force=True) as tmp:
+        tmp.write_text(markdown(report))
+    plot(report, out / "pareto.png")
