@@ -8,6 +8,7 @@ Python API mirrors the command line::
     report_dir = edgesmith.deploy("digits-mlp", target="host-cpu", out="runs/digits-host")
     edgesmith.deploy("rwkv7-ref", target="host-cpu", options={"bits": [4]}, out="runs/rwkv")
     edgesmith.quantize("model.onnx", "int8-qdq", calibration=calib_array, out="m.int8.onnx")
+    edgesmith.sweep("bench/recipes/sweeps/scaling.toml", workers=2)   # or ray="auto"
     edgesmith.targets(), edgesmith.producers(), edgesmith.passes(), edgesmith.kinds()
 
 (see ``edgesmith.bench.api`` for every argument).
@@ -20,7 +21,7 @@ from __future__ import annotations
 __version__ = "0.2.0"
 
 # no API name may equal a subpackage name: `from edgesmith import models` must give the package
-_API = ("deploy", "quantize", "export", "denoise", "targets", "producers", "passes", "kinds")
+_API = ("deploy", "quantize", "export", "denoise", "sweep", "targets", "producers", "passes", "kinds")
 
 __all__ = [*_API, "EdgesmithError", "__version__"]
 

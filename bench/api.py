@@ -254,6 +254,15 @@ def denoise(inp: str | os.PathLike, out: str | os.PathLike, *, variant: str = "d
                     progress=progress)
 
 
+def sweep(recipe: str | os.PathLike, *, out: str | os.PathLike | None = None, workers: int | None = None,
+          ray: str | None = None, force: bool = False, progress: bool = False) -> dict:
+    """Run (or resume) a sweep recipe's cells (``bench/sweep.py``); returns the merged report."""
+    from edgesmith.bench.sweep import run_sweep
+
+    return run_sweep(recipe, out, workers=workers, ray=ray, force=force, progress=progress,
+                     log=print if progress else (lambda msg: None))
+
+
 def targets() -> list[dict]:
     """Every target: formats, the model kinds it runs, its cost model with each coefficient's source."""
     from edgesmith.hardware import get_target, target_names

@@ -11,8 +11,8 @@ A sweep recipe is a deploy recipe (``bench/recipe.py``) whose top level is share
     target = ["host-cpu", "loihi2"]
     [grid.options]
     sparsity = [0.5, 0.9]
-    [[cell]]                      # and/or cells listed one by one (deploy tables over the top level)
-    model_options = { width = 2.0 }
+    [[cell]]                      # and/or cells listed one by one (deploy tables over the top level), each
+    model_options = { width = 2.0 }   # crossed with the grid's axes it does not set itself
 
 Each cell is one ``deploy`` (``bench/deploy.py``). Its folder under ``cells/`` is named by a content hash
 of what it deploys: the cell's deploy table (paths made absolute), the bytes of every file it names (model,
@@ -46,6 +46,7 @@ from edgesmith.common import EdgesmithError, atomic_path, write_json
 SWEEP = {"out": str, "workers": int, "threads_per_cell": int}
 PATH_KEYS = ("calibration_data", "train_data", "eval_data", "labels")
 MARKER = ".edgesmith-sweep"
+RECIPES = Path(__file__).resolve().parent / "recipes" / "sweeps"  # the sweeps shipped with the repository
 COSTS = (("size_bytes", "size (bytes)"), ("latency_s", "batch-1 p50 latency (s)"),
          ("energy_j", "energy per sample (J)"))
 
@@ -114,10 +115,11 @@ def load_sweep(path: str | os.PathLike) -> tuple[dict, list[Cell]]:
         if not isinstance(v, list) or not v:
             raise EdgesmithError(f"sweep recipe {p}: [grid] {k} is {v!r}, not a non-empty list of values.",
                                  f"write e.g. {k} = [value1, value2].")
-    combos = [dict(zip(axes, values)) for values in itertools.product(*axes.values())] if axes else [{}]
     cells = []
     for extra in (listed or [{}]):
-        for combo in combos:
+        own = _flatten(extra)  # a key a [[cell]] sets itself is not crossed with the grid for that cell
+        free = {k: v for k, v in axes.items() if k not in own}
+        for combo in (dict(zip(free, values)) for values in itertools.product(*free.values())):
             spec = merged(data, extra)
             for k, v in combo.items():
                 _set_dotted(spec, k, v)
@@ -269,11 +271,16 @@ def _prepare_out(out: Path) -> None:
 
 
 def run_sweep(recipe: str | os.PathLike, out: str | os.PathLike | None = None, *, workers: int | None = None,
-              ray: str | None = None, force: bool = False, progress: bool = True, log=print) -> dict:
-    """Run the cells of ``recipe`` not done yet; merge every cell into the sweep report. Returns its summary."""
+              ray: str | None = None, force: bool = False, progress: bool = True, log=print, select=None) -> dict:
+    """Run the cells of ``recipe`` not done yet; merge every cell into the sweep report. Returns its summary.
+    ``select(cell) -> bool`` keeps a subset of the recipe's cells (a script's --targets, say)."""
     from tqdm.auto import tqdm
 
     settings, cells = load_sweep(recipe)
+    if select is not None:
+        cells = [c for c in cells if select(c)]
+        if not cells:
+            raise EdgesmithError(f"no cell of {recipe} is selected.", "widen the selection.")
     out = Path(out or settings.get("out") or f"runs/sweeps/{Path(recipe).stem}")
     cores = os.cpu_count() or 1
     workers = workers if workers is not None else settings.get("workers", 0)
@@ -451,8 +458,12 @@ def markdown(report: dict) -> str:
              f"Recipe `{run['recipe']}`: {len(report['cells'])} cells; this run ran {run['ran']}, found {run['cached']} "
              f"done before, {run['failed']} failed; {run['wall_s']:.1f} s wall "
              + (f"on Ray ({run['ray']})" if run["ray"] else f"with {run['workers']} local worker(s)")
-             + f", {run['threads_per_cell']} thread(s) per cell.", "",
-             "| cell | params | status | cell wall (s) |", "|---|---|---|---|"]
+             + f", {run['threads_per_cell']} thread(s) per cell.", ""]
+    if (run["workers"] or 0) > 1 or run["ray"]:
+        lines += ["Measured latencies of cells that ran at the same time on one machine shared its cores and memory "
+                  "bandwidth: compare them within a sweep, or rerun with `--workers 1` for figures of a quiet machine.",
+                  ""]
+    lines += ["| cell | params | status | cell wall (s) |", "|---|---|---|---|"]
     for c in report["cells"]:
         lines.append(f"| {c['index']} | {', '.join(f'{k}={v}' for k, v in c['params'].items())} | {c['status']}"
                      + (f": {c['error']}" if c["error"] else "") + f" | {_fmt(c['wall_s'])} |")

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
+from edgesmith.bench.sweep import RECIPES
 from edgesmith.common import EdgesmithError, atomic_path, write_json
 from edgesmith.models.lrnn.s5 import S5Denoiser
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "sweeps"
 RECIPE, QUICK_RECIPE = RECIPES / "lrnn-width-sparsity.toml", RECIPES / "lrnn-width-sparsity-quick.toml"
 
 

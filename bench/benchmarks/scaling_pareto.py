@@ -1,11 +1,13 @@
 """Scaling up, down and out on three targets: accuracy vs parameters, latency and energy, Pareto fronts.
 
     .venv/bin/python -m edgesmith.bench.benchmarks.scaling_pareto --out runs/scaling-pareto [--force] [--quick]
+        [--targets T ...] [--workers N] [--ray auto|ADDRESS] [--sweep-dir DIR]
 
 Models (producer ``scaling-student``, see ``models/scaling``): the teacher (scaling up), distilled
-students at several widths (scaling down), and routers over specialists (scaling out). Every model
-goes through ``bench.deploy.deploy`` on each target, so compression, measurement and estimation are
-the toolkit's own: on host-cpu the plan's fp32, int8 QDQ, int4 MatMulNBits and pruned (50% magnitude,
+students at several widths (scaling down), and routers over specialists (scaling out). The deploys are
+the cells of an ``edgesmith sweep`` (``bench/recipes/sweeps/scaling.toml``; ``--quick``: its test-size twin),
+run in parallel or on Ray, cached per cell and resumable; this script adds the paper's view (non-zero
+parameters as a cost, per-target tables and plots). Compression, measurement and estimation are the toolkit's own: on host-cpu the plan's fp32, int8 QDQ, int4 MatMulNBits and pruned (50% magnitude,
 then int8) variants, latency measured in a fresh process per artifact, energy estimated by the host
 cost model from that measured latency; on jetson-orin-nano fp32 and int8, latency and energy from its
 roofline cost model; on loihi2 the fixed-point Sigma-Delta network simulated in Lava, latency and
@@ -24,10 +26,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
-from edgesmith.bench.deploy import DeployOptions, deploy, environment
-from edgesmith.hardware import PlanOptions
+from edgesmith.bench.deploy import environment
+from edgesmith.bench.sweep import RECIPES
 from edgesmith.models import get_producer
 from edgesmith.common import EdgesmithError, atomic_path, write_json
 
@@ -37,14 +38,14 @@ COSTS = ("params", "latency_s", "energy_j")
 COST_LABELS = {"params": "non-zero parameters", "latency_s": "latency, batch 1 (s)", "energy_j": "energy / sample (J)"}
 
 
-def model_list(quick: bool) -> list[tuple[str, dict]]:
-    """(label, producer options) of every model in the study."""
-    if quick:
-        return [("student-w8", {"width": 8, "tiny": True}), ("router-w8", {"router": True, "width": 8, "tiny": True})]
-    models = [("teacher", {"teacher": True})]
-    models += [(f"student-w{w}", {"width": w}) for w in (8, 16, 32, 64)]
-    models += [(f"router-w{w}", {"router": True, "width": w}) for w in (8, 16)]
-    return models
+def recipe(quick: bool) -> Path:
+    return RECIPES / ("scaling-quick.toml" if quick else "scaling.toml")
+
+
+def label(model_options: dict) -> str:
+    if model_options.get("teacher"):
+        return "teacher"
+    return f"{'router' if model_options.get('router') else 'student'}-w{model_options.get('width')}"
 
 
 def pareto_front(costs, values) -> list[bool]:
@@ -101,29 +102,30 @@ def mark_fronts(rows: list[dict]) -> None:
                 r[f"pareto_{cost}"] = on
 
 
-def run_study(out: Path, quick: bool, targets, seed: int, reps: int, threads: int, progress: bool = True):
-    rows, skipped = [], []
-    models = model_list(quick)
-    bar = tqdm(total=len(models) * len(targets), desc="scaling-pareto", unit="deploy", disable=not progress)
-    for label, options in models:
-        producer = get_producer(PRODUCER, seed=seed, **options).build()
-        n_params = producer.n_params()
-        for target in targets:
-            bar.set_postfix_str(f"{label} on {target}")
-            if target == "loihi2" and (why := loihi_support(producer)):
-                skipped.append({"model": label, "target": target, "reason": why})
-                bar.update(1)
-                continue
-            folder = deploy(DeployOptions(PRODUCER, target, out / "deploys" / f"{label}-{target}", seed=seed,
-                                          threads=threads, batch_sizes=(1,), warmup=max(2, reps // 5), reps=reps,
-                                          progress=False, model_options=options,
-                                          plan=PlanOptions(tvm=False, options={"prune_sparsity": 0.5})))
-            report = json.loads((folder / "report.json").read_text())
-            rows += rows_from_report(report, label, n_params)
-            bar.update(1)
-    bar.close()
+def run_study(out: Path, quick: bool, targets, workers: int | None = None, ray: str | None = None,
+              sweep_dir: Path | None = None, log=print):
+    """The recipe's cells on ``targets`` through ``edgesmith sweep`` (in ``sweep_dir``, default ``out/cells``);
+    rows with non-zero parameter counts, and the routers' reason for not running on loihi2."""
+    from edgesmith.bench.sweep import run_sweep
+
+    sweep_dir = sweep_dir or out / "cells"
+    sweep = run_sweep(recipe(quick), sweep_dir, workers=workers, ray=ray, log=log,
+                      select=lambda c: c.spec["target"] in targets)
+    if sweep["run"]["failed"]:
+        raise EdgesmithError(f"{sweep['run']['failed']} sweep cell(s) failed (see {sweep_dir}/sweep.md).",
+                             "fix what they report and run again: finished cells are kept.")
+    rows, skipped, seen = [], [], set()
+    for cell in sweep["cells"]:
+        spec = cell["spec"]
+        opts = spec.get("model_options", {})
+        producer = get_producer(PRODUCER, seed=spec.get("seed", 0), **opts).build()  # cached: reads the weights
+        report = json.loads((Path(sweep_dir) / "cells" / cell["key"] / "deploy" / "report.json").read_text())
+        rows += rows_from_report(report, label(opts), producer.n_params())
+        if "loihi2" in targets and label(opts) not in seen and (why := loihi_support(producer)):
+            skipped.append({"model": label(opts), "target": "loihi2", "reason": why})
+        seen.add(label(opts))
     mark_fronts(rows)
-    return rows, skipped
+    return rows, skipped, sweep["run"]
 
 
 def _fmt(x: float, unit: str) -> str:
@@ -200,22 +202,27 @@ def main(argv=None) -> int:
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--quick", action="store_true", help="two tiny models, 5 timed calls (tests)")
     ap.add_argument("--targets", nargs="+", default=list(TARGETS), choices=TARGETS)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--reps", type=int, default=None, help="timed calls per artifact on host-cpu (default 30)")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--workers", type=int, default=None, help="sweep cells at a time (default: one per core)")
+    ap.add_argument("--ray", default=None, help="run the cells on Ray: auto, an address, or local")
+    ap.add_argument("--sweep-dir", type=Path, default=None,
+                    help="the sweep folder to run or resume (default: OUT/cells, made anew with OUT)")
     args = ap.parse_args(argv)
     if args.out.exists() and not args.force:
         raise EdgesmithError(f"{args.out} already exists.", "choose another --out or pass --force to replace it.")
-    reps = args.reps or (5 if args.quick else 30)
+    from edgesmith.bench.sweep import load_sweep
+
+    settings, cells = load_sweep(recipe(args.quick))
+    base = cells[0].spec
     t0 = time.perf_counter()
     with atomic_path(args.out, force=args.force) as tmp:
         tmp.mkdir(parents=True)
-        rows, skipped = run_study(tmp, args.quick, args.targets, args.seed, reps, args.threads)
+        rows, skipped, run = run_study(tmp, args.quick, args.targets, args.workers, args.ray, args.sweep_dir)
         table = {
-            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "seed": args.seed,
-            "targets": args.targets, "models": dict(model_list(args.quick)),
-            "settings": {"quick": args.quick, "reps": reps, "threads": args.threads, "batch": 1,
-                         "prune_sparsity": 0.5, "tvm": False},
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "seed": base.get("seed", 0),
+            "targets": args.targets, "recipe": str(recipe(args.quick)), "sweep_run": run,
+            "models": {label(c.spec.get("model_options", {})): c.spec.get("model_options", {}) for c in cells},
+            "settings": {"quick": args.quick, "reps": base["bench"]["reps"], "threads": base.get("threads", 1),
+                         "batch": 1, "prune_sparsity": base["options"]["prune_sparsity"], "tvm": False},
             "environment": environment(), "wall_s": time.perf_counter() - t0, "rows": rows, "skipped": skipped,
             "notes": [
                 "host-cpu latency is measured (fresh process per artifact, onnxruntime); its energy is estimated by "

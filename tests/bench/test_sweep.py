@@ -187,3 +187,20 @@ def test_a_cell_that_fails_is_reported_and_retried_on_the_next_run_the_others_ke
     assert (again["run"]["cached"], again["run"]["ran"] + again["run"]["failed"]) == (1, 1)
     with pytest.raises(EdgesmithError, match="not a sweep folder"):
         run_sweep(p, tmp_path, workers=1, progress=False, log=lambda m: None)
+
+
+def test_a_cell_that_sets_a_grid_key_itself_is_not_crossed_with_that_axis(tmp_path):
+    # the routers of the scaling recipe: a [[cell]] naming its own target runs on that target only
+    p = _recipe(tmp_path, FAST + '[grid]\ntarget = ["host-cpu", "jetson-orin-nano"]\n[[cell]]\nseed = 0\n'
+                '[[cell]]\nseed = 1\ntarget = "host-cpu"\n')
+    _, cells = load_sweep(p)
+    assert sorted((c.spec["seed"], c.spec["target"]) for c in cells) == [
+        (0, "host-cpu"), (0, "jetson-orin-nano"), (1, "host-cpu")]
+
+
+def test_the_shipped_sweep_recipes_load_and_check(tmp_path):
+    from edgesmith.bench.sweep import RECIPES
+
+    counts = {p.stem: len(load_sweep(p)[1]) for p in sorted(RECIPES.glob("*.toml"))}
+    assert counts == {"lrnn-width-sparsity": 12, "lrnn-width-sparsity-quick": 9, "rwkv-quant": 16,
+                      "scaling": 19, "scaling-quick": 5}
