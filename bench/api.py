@@ -29,13 +29,14 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
            seed: int = 0, threads: int = 0, n_calibration: int | None = None, calibration_select: str = "first",
            tvm: bool = True, tvm_tune_trials: int = 0, sensitivity: bool = False, force: bool = False,
            progress: bool = False, calibration_data=None, train_data=None, eval_data=None, labels=None, metric: str | None = None,
-           input_shapes: dict | None = None) -> Path:
+           input_shapes: dict | None = None, train_fn=None) -> Path:
     """Run ``target``'s plan for ``model`` and write the report folder (default ``runs/MODEL-TARGET``).
 
     ``model``: a producer name or a model file (model.onnx, file.py:factory, model.pt, model.pt2, an RWKV
     .pth, a saved tree ensemble .npz); ``calibration_data`` / ``eval_data`` / ``labels``: paths of the
     user's data (.npy, .npz by input name, a folder; UTF-8 text for token-lm models); ``train_data``: inputs (and
-    labels) that QAT variants fine-tune on; ``metric``:
+    labels) that QAT variants fine-tune on; ``train_fn``: your own fine-tuning, ``train_fn(model)``, called by the QAT
+    variants (``options={"qat_epochs": 1}`` offers them) on the calibrated brevitas model in place of their loop; ``metric``:
     accuracy, topK, mse, mae, perplexity or fidelity (the default without labels)."""
     from edgesmith.bench.deploy import DeployOptions
     from edgesmith.bench.deploy import deploy as _deploy
@@ -49,7 +50,7 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
                          train_data=None if train_data is None else str(train_data),
                          eval_data=None if eval_data is None else str(eval_data),
                          labels=None if labels is None else str(labels), metric=metric,
-                         input_shapes=dict(input_shapes or {}),
+                         input_shapes=dict(input_shapes or {}), train_fn=train_fn,
                          plan=PlanOptions(tvm=tvm, tvm_tune_trials=tvm_tune_trials, variants=tuple(variants),
                                           options=dict(options or {})))
     return _deploy(opts)

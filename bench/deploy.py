@@ -64,6 +64,7 @@ class DeployOptions:
     labels: str | None = None
     metric: str | None = None
     input_shapes: dict = field(default_factory=dict)  # {input name or "": per-sample shape} to trace a model
+    train_fn: object = None  # Python API only: the user's train_fn(model) that QAT passes call instead of their loop
 
     def __post_init__(self):
         self.out = Path(self.out)
@@ -84,8 +85,11 @@ class DeployOptions:
             raise EdgesmithError(f"n_calibration is {n!r}.", "use a positive number of calibration samples.")
 
     def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
+        d = dataclasses.asdict(dataclasses.replace(self, train_fn=None))
         d["out"] = str(self.out)
+        if self.train_fn is not None:  # a function is named in the report, not serialised
+            fn = self.train_fn
+            d["train_fn"] = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
         return d
 
 
@@ -230,6 +234,11 @@ def deploy(opts: DeployOptions) -> Path:
     kind.check_producer(producer)
     if opts.train_data is not None:  # before any plan: it decides whether QAT variants are offered
         producer.user_training_ = load_training_data(producer, opts.train_data)
+    if opts.train_fn is not None:
+        if not callable(opts.train_fn):
+            raise EdgesmithError(f"train_fn is {opts.train_fn!r}, not a function.",
+                                 "pass a function that takes the quantized torch model and trains it in place.")
+        producer.user_train_fn_ = opts.train_fn
     target.check_kind(kind.name, opts.model)  # before any training: an unsupported pair costs nothing
     kind.options(opts.plan.options)  # a bad --option fails here too, not after the build
     batch_sizes = _batch_sizes(opts, kind, producer)
@@ -257,7 +266,7 @@ def deploy(opts: DeployOptions) -> Path:
     if train_data is None:
         train_data = producer.training_data()
     ctx_common = dict(calibration=calibration, example_input=producer.example_inputs(1), seed=opts.seed,
-                      sensitivity=opts.sensitivity, progress=opts.progress, train_data=train_data,
+                      sensitivity=opts.sensitivity, progress=opts.progress, train_data=train_data, train_fn=opts.train_fn,
                       evaluate=_artifact_scorer(producer, threads))
     run = _VariantRun(target, producer, kind, threads, opts, batch_sizes, ref_out, probe, ood_ref)
 

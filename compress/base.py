@@ -187,7 +187,8 @@ class PassContext:
 
     ``evaluate`` (optional) scores an artifact with the producer's metric; passes use it for the
     per-layer sensitivity table. ``example_input`` fixes the exported input shape. ``train_data``
-    (optional) is what training passes fine-tune on (``Producer.training_data``).
+    (optional) is what training passes fine-tune on (``Producer.training_data``); ``train_fn`` (optional,
+    the Python API's) is the user's own loop, ``train_fn(model)``, that a QAT pass calls in place of its own.
     """
 
     workdir: Path
@@ -198,6 +199,7 @@ class PassContext:
     sensitivity: bool = False
     progress: bool = True
     train_data: Any = None
+    train_fn: Callable[[Any], Any] | None = None
 
     def calibration_checked(self, what: str = "calibration data"):
         """The calibration samples (one array, or a dict by input name), each checked non-empty and finite."""

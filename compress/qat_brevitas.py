@@ -12,7 +12,8 @@ ops: weights are int8 constants, onnxruntime fuses the 8-bit pairs into integer 
 int8 constants clipped to [-8, 7], so they take 8 bits on disk: QCDQ has no packed int4).
 
 Training data (``PassContext.train_data``): an array of inputs, or ``(inputs, labels)``; without it the
-calibration samples are used for distillation. Sizes and timings: see the pass report.
+calibration samples are used for distillation. ``PassContext.train_fn`` (the Python API's ``train_fn=``): the
+user's own loop, called as ``train_fn(model)`` on the calibrated brevitas model in place of the built-in one. Sizes and timings: see the pass report.
 """
 from __future__ import annotations
 
@@ -140,11 +141,39 @@ def _training_arrays(ctx: PassContext) -> tuple[np.ndarray, np.ndarray | None, s
     return np.asarray(calib, np.float32), None, "calibration inputs (distillation)"
 
 
+def calibrate(model: nn.Module, x: np.ndarray, config: QatBrevitasConfig) -> None:
+    """Set the activation scales from up to 1024 inputs (brevitas calibration mode)."""
+    from brevitas.graph.calibrate import calibration_mode
+
+    xt = torch.from_numpy(x)
+    model.eval()
+    with torch.no_grad(), calibration_mode(model):
+        for i in range(0, min(len(xt), 1024), config.batch):
+            model(xt[i : i + config.batch])
+
+
+def user_fine_tune(model: nn.Module, x: np.ndarray, config: QatBrevitasConfig, train_fn) -> dict:
+    """Calibrate, then hand the quantized model to the user's ``train_fn(model)`` (it trains in place)."""
+    seed_everything(config.seed)
+    calibrate(model, x, config)
+    model.train()
+    try:
+        train_fn(model)
+    except EdgesmithError:
+        raise
+    except Exception as e:  # the user's code: name it, keep the first line of what it raised
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise EdgesmithError(f"your train_fn raised {type(e).__name__}: {first[:300]}",
+                             "fix the training function (it gets the brevitas-quantized torch model and trains it "
+                             "in place).") from None
+    model.eval()
+    name = getattr(train_fn, "__qualname__", type(train_fn).__name__)
+    return {"loss": [], "objective": f"the user's train_fn ({name})"}
+
+
 def fine_tune(model: nn.Module, teacher: nn.Module, x: np.ndarray, y: np.ndarray | None, config: QatBrevitasConfig,
               progress: bool = False) -> dict:
     """Calibrate the activation scales on ``x``, then ``config.epochs`` of Adam; returns a small history."""
-    from brevitas.graph.calibrate import calibration_mode
-
     seed_everything(config.seed)
     xt = torch.from_numpy(x)
     with torch.no_grad():
@@ -155,10 +184,7 @@ def fine_tune(model: nn.Module, teacher: nn.Module, x: np.ndarray, y: np.ndarray
     yt = torch.from_numpy(y.astype(np.int64)) if use_ce else None
     if y is not None and not use_ce:  # regression labels: fit them directly
         target = torch.from_numpy(np.asarray(y, np.float32))
-    model.eval()
-    with torch.no_grad(), calibration_mode(model):
-        for i in range(0, min(len(xt), 1024), config.batch):
-            model(xt[i : i + config.batch])
+    calibrate(model, x, config)
     opt = torch.optim.Adam(model.parameters(), lr=config.lr)
     gen = torch.Generator().manual_seed(config.seed)
     hist = {"loss": [], "objective": "cross-entropy on labels" if use_ce else "MSE to the float model's outputs"
@@ -225,7 +251,10 @@ def _qat(artifact: Artifact, config: QatBrevitasConfig, ctx: PassContext) -> Pas
     x, y, source = _training_arrays(ctx)
     t0 = time.perf_counter()
     model, layers = quantized_copy(artifact.module, config)
-    hist = fine_tune(model, artifact.module, x, y, config, progress=ctx.progress)
+    if ctx.train_fn is not None:
+        hist = user_fine_tune(model, x, config, ctx.train_fn)
+    else:
+        hist = fine_tune(model, artifact.module, x, y, config, progress=ctx.progress)
     seconds = time.perf_counter() - t0
     out = ctx.workdir / f"model.{config.kind}.onnx"
     export_qcdq(model, ctx.example_input, out)
@@ -237,8 +266,11 @@ def _qat(artifact: Artifact, config: QatBrevitasConfig, ctx: PassContext) -> Pas
     report = PassReport(config.to_dict(), "torch", "onnx", artifact.size_bytes(), new.size_bytes(), bits_per_weight=bits,
                         notes=[f"{len(layers)} layer(s) as brevitas QuantLinear/QuantConv, per-channel weights "
                                f"({bits:.2f} bits on average), inputs {config.act_bits}-bit per tensor",
-                               f"fine-tuned {config.epochs} epoch(s) on {len(x)} {source} ({hist['objective']}) in "
-                               f"{seconds:.1f} s (measured wall time, calibration included)",
+                               (f"activation scales calibrated on {len(x)} {source}, then fine-tuned by "
+                                f"{hist['objective']} in {seconds:.1f} s (measured wall time, calibration included)"
+                                if ctx.train_fn is not None else
+                                f"fine-tuned {config.epochs} epoch(s) on {len(x)} {source} ({hist['objective']}) in "
+                                f"{seconds:.1f} s (measured wall time, calibration included)"),
                                "QCDQ ONNX: 4-bit weights are stored as int8 (no packed int4 in QCDQ)"],
                         extra={"fine_tune_s": seconds, "loss": hist["loss"], "layers": layers, "objective": hist["objective"]})
     return PassResult(new, report)

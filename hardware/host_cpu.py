@@ -192,7 +192,8 @@ def qat_variants(producer, kopts, runtimes: list[str], where: str) -> tuple[list
         return [], {n: "set --option qat_epochs=3 (or more) to fine-tune the QAT variants." for n in names}
     if producer.native_format != "torch":
         return [], {n: "QAT fine-tunes a torch model; this one is ONNX (deploy its torch form)." for n in names}
-    own = getattr(producer, "user_training_", None) is not None or type(producer).training_data is not Producer.training_data
+    own = getattr(producer, "user_training_", None) is not None or type(producer).training_data is not Producer.training_data \
+        or getattr(producer, "user_train_fn_", None) is not None
     if not own and producer.calibration_data(1) is None:
         return [], {n: f"{getattr(producer, 'name', 'this model')} offers no training data to fine-tune on: pass "
                        "--train-data (inputs, labels inside) or --calibration-data (QAT then distils the float "

@@ -51,3 +51,37 @@ def test_bad_training_data_is_a_readable_error_before_any_work(capsys, tmp_path,
     code, _, err = run_cli(capsys, "deploy", "lrnn-denoiser", "--target", "host-cpu", "--model-option", "tiny=true",
                            "--train-data", digits_train / "inputs.npy", "--quiet", "--out", tmp_path / "s")
     assert_user_error(code, err, "--train-data", "kind stream")
+
+
+def test_a_python_train_fn_fine_tunes_the_quantized_model_in_place_of_the_built_in_loop(tmp_path, digits_train):
+    import torch
+
+    import edgesmith
+
+    data = np.load(digits_train / "train.npz")
+    x, y = torch.from_numpy(data["input"]), torch.from_numpy(data["labels"].astype(np.int64))
+    seen = []
+
+    def my_loop(model):  # the user's own training: one SGD epoch with their loss
+        seen.append(sorted({type(m).__name__ for m in model.modules()} & {"QuantLinear", "QuantIdentity"}))
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        for i in range(0, len(x), 50):
+            loss = torch.nn.functional.cross_entropy(model(x[i:i + 50]), y[i:i + 50])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    out = edgesmith.deploy("digits-mlp", "host-cpu", out=tmp_path / "r", variants=["qat-w8a8"], options={"qat_epochs": 1},
+                           tvm=False, reps=5, warmup=1, train_fn=my_loop)
+    assert seen and "QuantLinear" in seen[0]  # called once, on the brevitas model
+    report = json.loads((out / "report.json").read_text())
+    assert "the user's train_fn" in _pass_notes(out) and "my_loop" in report["options"]["train_fn"]
+    assert report["results"][0]["evaluation"]["value"] > 0.9
+
+    def broken(model):
+        raise ValueError("shapes do not match")
+
+    with pytest.raises(edgesmith.EdgesmithError, match="your train_fn raised ValueError: shapes do not match"):
+        edgesmith.deploy("digits-mlp", "host-cpu", out=tmp_path / "s", variants=["qat-w8a8"],
+                         options={"qat_epochs": 1}, tvm=False, reps=5, warmup=1, train_fn=broken)
+    assert not (tmp_path / "s").exists()
