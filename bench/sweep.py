@@ -227,12 +227,24 @@ def run_cell(spec: dict, folder: str, threads: int) -> dict:
             "report_md": (Path(folder) / "report.md").read_text(), "report": report}
 
 
-def _ray_cell(spec: dict, threads: int) -> dict:
+ENV_KEYS = ("EDGESMITH_CACHE", "EDGESMITH_NO_SHIPPED_WEIGHTS")  # the driver's settings a Ray task runs under
+
+
+def _ray_cell(spec: dict, threads: int, env: dict) -> dict:
     """A Ray task: deploy into a scratch folder of the worker's machine, hand back the report itself."""
     import tempfile
 
+    import ray
+
+    for k in ENV_KEYS:  # a Ray worker is reused across tasks: set (or clear) what the driver had
+        if k in env:
+            os.environ[k] = env[k]
+        else:
+            os.environ.pop(k, None)
     with tempfile.TemporaryDirectory(prefix="edgesmith-sweep-cell-") as tmp:
-        return run_cell(spec, str(Path(tmp) / "deploy"), threads)
+        result = run_cell(spec, str(Path(tmp) / "deploy"), threads)
+    result["ray_node"] = ray.get_runtime_context().get_node_id()
+    return result
 
 
 def _write_cell(folder: Path, cell: Cell, result: dict, runner: str) -> dict:
@@ -244,7 +256,8 @@ def _write_cell(folder: Path, cell: Cell, result: dict, runner: str) -> dict:
             write_json(tmp / "report.json", result["report"])
             (tmp / "report.md").write_text(result["report_md"])
     record = {"key": cell.key, "index": cell.index, "params": cell.params, "spec": cell.spec,
-              "runner": runner, "host": result["host"], "pid": result["pid"], "wall_s": result["wall_s"],
+              "runner": runner, "host": result["host"], "pid": result["pid"], "ray_node": result.get("ray_node"),
+              "wall_s": result["wall_s"],
               "summary": result["summary"]}
     write_json(folder / "cell.json", record)
     return record
@@ -369,7 +382,8 @@ def _run_on_ray(todo: list[Cell], out: Path, workers: int, threads: int, address
     task = ray.remote(num_cpus=threads, max_retries=0)(_ray_cell)
     pending = {}
     try:
-        pending = {task.remote(c.spec, threads): c for c in todo}
+        env = {k: os.environ[k] for k in ENV_KEYS if k in os.environ}
+        pending = {task.remote(c.spec, threads, env): c for c in todo}
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:

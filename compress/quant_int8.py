@@ -18,6 +18,7 @@ in fp32 are not counted.
 from __future__ import annotations
 
 import contextlib
+import functools
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,9 +99,10 @@ class Int8QdqConfig(PassConfig):
             self._fail("activations", f"is {self.activations!r}", f"use one of: {', '.join(ACTIVATION_TYPES)}.")
 
 
+@functools.lru_cache(maxsize=8)
 def x86_without_vnni(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """True on an x86 CPU that lacks VNNI (AVX-512 VNNI or AVX-VNNI): there onnxruntime's u8s8 integer kernels
-    can saturate, and 7-bit weights (reduce_range) keep int8 models accurate."""
+    can saturate, and 7-bit weights (reduce_range) keep int8 models accurate. Read once per file per process."""
     import platform
 
     if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):

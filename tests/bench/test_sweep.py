@@ -152,7 +152,7 @@ def test_the_same_cells_run_as_ray_tasks_on_a_local_ray_instance_and_resume(tmp_
         first = run_sweep(p, out, ray="local", progress=False, log=lambda m: None)
         assert (first["run"]["ran"], first["run"]["failed"]) == (3, 0)
         records = [json.loads(c.read_text()) for c in out.glob("cells/*/cell.json")]
-        assert {r["runner"] for r in records} == {"ray"}
+        assert {r["runner"] for r in records} == {"ray"} and all(r["ray_node"] for r in records)
         assert {r["pid"] for r in records} != {os.getpid()}  # ran in Ray's workers, not in this process
         for c in out.glob("cells/*"):  # the task's report came back and was written here
             assert json.loads((c / "deploy" / "report.json").read_text())["model"] == "digits-mlp"

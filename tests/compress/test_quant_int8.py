@@ -216,13 +216,14 @@ def test_reduce_range_is_automatic_on_x86_without_vnni_and_can_be_forced(tmp_pat
     from edgesmith.compress import quant_int8
 
     monkeypatch.setattr(platform, "machine", lambda: "x86_64")
-    cpu = tmp_path / "cpuinfo"
-    cpu.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\n")
-    assert quant_int8.x86_without_vnni(str(cpu))
-    cpu.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_vnni\n")
-    assert not quant_int8.x86_without_vnni(str(cpu))
+    avx2, vnni, arm = tmp_path / "avx2", tmp_path / "vnni", tmp_path / "arm"  # one file each: answers are cached per file
+    avx2.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\n")
+    assert quant_int8.x86_without_vnni(str(avx2))
+    vnni.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_vnni\n")
+    assert not quant_int8.x86_without_vnni(str(vnni))
     monkeypatch.setattr(platform, "machine", lambda: "aarch64")
-    assert not quant_int8.x86_without_vnni(str(cpu))
+    arm.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\n")
+    assert not quant_int8.x86_without_vnni(str(arm))
     assert quant_int8.reduce_range(Int8QdqConfig(reduce_range=True)) is True
     assert quant_int8.reduce_range(Int8QdqConfig(reduce_range=False)) is False
     assert config_from_json(Int8QdqConfig(reduce_range=True).to_json()).reduce_range is True
