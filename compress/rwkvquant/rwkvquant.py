@@ -58,7 +58,9 @@ class RWKVQuantBase(PassConfig):
     ``sq_percentile``: RWKVQuant threshold percentile (share of layers that tends to get SQ).
     ``proxy``: "paper" (P_c and P_f) or "max-rms" (released code's default, an ablation).
     ``quantize_vectors``: codebook-quantize the multiplication vectors (every method; False keeps them fp).
-    ``vector_bits``: their codebook bits. ``n_calibration``: sequences.
+    ``vector_bits``: their codebook bits. ``n_calibration``: sequences. ``act_order`` / ``static_groups``: the
+    published GPTQ options for every GPTQ matrix (columns by decreasing Hessian diagonal / every group's grid
+    fitted before any update); act-order needs static groups here (stored groups are runs of adjacent columns).
     """
 
     kind: ClassVar[str] = ""
@@ -77,6 +79,8 @@ class RWKVQuantBase(PassConfig):
     damp: float = 0.01
     kmeans_iters: int = 30
     seed: int = 0
+    act_order: bool = False
+    static_groups: bool = False
 
     def validate(self) -> None:
         ints = {"bits": (2, 8), "group_size": (8, 4096), "vq_dim": (1, 4), "vq_group_size": (0, 10**7),
@@ -93,8 +97,17 @@ class RWKVQuantBase(PassConfig):
             self._fail("proxy", f"is {self.proxy!r}", f"use one of {', '.join(PROXIES)}.")
         if not 0 < float(self.damp) < 1:
             self._fail("damp", f"is {self.damp!r}", "use a fraction such as 0.01.")
-        if not isinstance(self.quantize_vectors, bool):
-            self._fail("quantize_vectors", f"is {self.quantize_vectors!r}", "use true or false.")
+        for name in ("quantize_vectors", "act_order", "static_groups"):
+            if not isinstance(getattr(self, name), bool):
+                self._fail(name, f"is {getattr(self, name)!r}", "use true or false.")
+        if self.act_order and not self.static_groups:
+            self._fail("act_order", "is set without static_groups",
+                       "add static_groups=true (each stored group must stay a run of adjacent columns).")
+
+    def gptq_label(self) -> str:
+        """``gptq``, with the published options in use named: ``gptq (act-order, static groups)``."""
+        opts = [n for n, on in (("act-order", self.act_order), ("static groups", self.static_groups)) if on]
+        return "gptq" + (f" ({', '.join(opts)})" if opts else "")
 
 
     def sq_overhead_bits(self) -> float:
@@ -240,7 +253,7 @@ def quantize_matrix(name: str, w: torch.Tensor, H: torch.Tensor, choice: str, co
         key = (name, label, config.bits, config.vq_dim, config.vq_weights_per_codebook(), config.damp,
                config.kmeans_iters, config.seed)
     else:
-        label = "rtn" if config.method == "rtn" else "gptq"
+        label = "rtn" if config.method == "rtn" else config.gptq_label()
         key = (name, label, config.bits, config.group_size, config.damp)
     if cache is not None and key in cache:
         return cache[key], label
@@ -250,7 +263,8 @@ def quantize_matrix(name: str, w: torch.Tensor, H: torch.Tensor, choice: str, co
     elif label == "rtn":
         q = rtn_quantize(w, config.bits, config.group_size)
     else:
-        q = gptq_quantize(w, H, config.bits, config.group_size, damp=config.damp)
+        q = gptq_quantize(w, H, config.bits, config.group_size, damp=config.damp, act_order=config.act_order,
+                          static_groups=config.static_groups)
     if cache is not None:
         cache[key] = q
     return q, label
