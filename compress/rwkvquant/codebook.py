@@ -10,6 +10,7 @@ loss is minimised exactly (``optimal_1d_codebook``), for the unweighted baseline
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 import torch
 
@@ -36,35 +37,72 @@ class ShiftImportance:
         return self.total / max(self.count, 1)
 
 
+@numba.njit(cache=True)
+def _run_cost(c0, c1, c2, i, j):
+    """Weighted squared error of the run [i, j) of sorted values around its weighted mean."""
+    m0 = c0[j] - c0[i]
+    if m0 <= 0.0:
+        return 0.0
+    m1 = c1[j] - c1[i]
+    return max(c2[j] - c2[i] - m1 * m1 / m0, 0.0)
+
+
+@numba.njit(cache=True)
+def _dp(c0, c1, c2, k):
+    """Cut points of the optimal k clusters: layer q keeps best[j] (first j values in q + 1 clusters); the best
+    last cut is monotone in j (the cost obeys the quadrangle inequality), so each layer is filled by divide and
+    conquer over j with a shrinking range of cuts, O(n log n) per layer instead of O(n^2)."""
+    n = len(c0) - 1
+    best = np.full(n + 1, np.inf)
+    for j in range(1, n + 1):
+        best[j] = _run_cost(c0, c1, c2, 0, j)
+    args = np.zeros((k, n + 1), np.int64)
+    stack = np.empty((4 * (n + 2), 4), np.int64)
+    for q in range(1, k):
+        new = np.full(n + 1, np.inf)
+        top = 0
+        stack[0, 0], stack[0, 1], stack[0, 2], stack[0, 3] = q + 1, n, q, n - 1
+        top = 1
+        while top > 0:
+            top -= 1
+            jl, jr, il, ir = stack[top, 0], stack[top, 1], stack[top, 2], stack[top, 3]
+            if jl > jr:
+                continue
+            j = (jl + jr) // 2
+            lo, hi = max(il, q), min(ir, j - 1)
+            opt, val = lo, np.inf
+            for i in range(lo, hi + 1):
+                v = best[i] + _run_cost(c0, c1, c2, i, j)
+                if v < val:
+                    val, opt = v, i
+            new[j], args[q, j] = val, opt
+            stack[top, 0], stack[top, 1], stack[top, 2], stack[top, 3] = jl, j - 1, il, opt
+            stack[top + 1, 0], stack[top + 1, 1], stack[top + 1, 2], stack[top + 1, 3] = j + 1, jr, opt, ir
+            top += 2
+        best = new
+    return args
+
+
 def optimal_1d_codebook(x: np.ndarray, w: np.ndarray, k: int) -> np.ndarray:
     """The k centroids minimising sum_i w_i (x_i - C[a(i)])^2 exactly (dynamic programming).
 
     In one dimension the optimal clusters are contiguous runs of the sorted values, so a DP over
-    (cluster count, run end) finds the global optimum in O(k n^2); Lloyd's k-means only finds a local
-    one, and with skewed weights it can end worse on the weighted loss than unweighted k-means does.
+    (cluster count, run end) finds the global optimum (Wang and Song's Ckmeans.1d.dp); with the monotone
+    cut points of this cost each layer takes O(n log n) (Numba), so n = 4096 takes milliseconds and O(k n)
+    memory. Lloyd's k-means only finds a local optimum, and with skewed weights it can end worse on the
+    weighted loss than unweighted k-means does.
     """
     order = np.argsort(x, kind="stable")
-    xs, ws = x[order], w[order]
+    xs, ws = np.asarray(x, np.float64)[order], np.asarray(w, np.float64)[order]
     n = len(xs)
     k = min(k, n)
     c0 = np.concatenate([[0.0], np.cumsum(ws)])
     c1 = np.concatenate([[0.0], np.cumsum(ws * xs)])
     c2 = np.concatenate([[0.0], np.cumsum(ws * xs * xs)])
-    i, j = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")  # run [i, j)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        m0, m1 = c0[j] - c0[i], c1[j] - c1[i]
-        cost = np.maximum(c2[j] - c2[i] - m1 * m1 / m0, 0.0)
-    cost = np.where(j > i, np.nan_to_num(cost, nan=0.0), np.inf)
-    best = cost[0].copy()  # best[j]: one cluster over the first j values
-    cuts = []
-    for _ in range(1, k):
-        total = best[:, None] + cost  # total[i, j]: first i values in fewer clusters, then run [i, j)
-        arg = np.argmin(total, axis=0)
-        cuts.append(arg)
-        best = total[arg, np.arange(n + 1)]
+    args = _dp(c0, c1, c2, k)
     bounds, end = [n], n
-    for arg in reversed(cuts):
-        end = int(arg[end])
+    for q in range(k - 1, 0, -1):
+        end = int(args[q, end])
         bounds.append(end)
     bounds = [0] + bounds[::-1]  # the first cluster starts at 0
     cents = []

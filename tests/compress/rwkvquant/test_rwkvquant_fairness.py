@@ -124,3 +124,25 @@ def test_vector_codebook_is_the_exact_optimum_of_the_weighted_loss():
                                           for a, b in zip((0, *cuts), (*cuts, n))]))
                     for cuts in itertools.combinations(range(1, n), min(k, n) - 1))
         assert loss(x, w, optimal_1d_codebook(x, w, k)) == pytest.approx(brute, rel=1e-9, abs=1e-12)
+
+
+def test_the_fast_codebook_dp_reaches_the_plain_quadratic_dp_optimum_on_larger_inputs():
+    # the divide-and-conquer layer relies on monotone cut points; the textbook O(k n^2) DP checks it where brute
+    # force cannot go
+    from edgesmith.compress.rwkvquant.codebook import optimal_1d_codebook
+
+    def quadratic_dp(x, w, k):
+        xs, ws = np.sort(x), w[np.argsort(x)]
+        n = len(xs)
+        c0, c1, c2 = (np.concatenate([[0.0], np.cumsum(v)]) for v in (ws, ws * xs, ws * xs * xs))
+        cost = lambda i, j: max(c2[j] - c2[i] - (c1[j] - c1[i]) ** 2 / (c0[j] - c0[i]), 0.0)  # noqa: E731
+        best = [np.inf] + [cost(0, j) for j in range(1, n + 1)]
+        for q in range(1, k):
+            best = [np.inf] * (q + 1) + [min(best[i] + cost(i, j) for i in range(q, j)) for j in range(q + 1, n + 1)]
+        return best[n]
+
+    rng = np.random.default_rng(3)
+    loss = lambda x, w, c: float((w * ((x[:, None] - c[None]) ** 2).min(1)).sum())  # noqa: E731
+    for n, k in ((120, 4), (200, 8), (90, 16)):
+        x, w = rng.standard_t(3, size=n), rng.random(n) ** 3 + 1e-9
+        assert loss(x, w, optimal_1d_codebook(x, w, k)) == pytest.approx(quadratic_dp(x, w, k), rel=1e-9)
