@@ -40,6 +40,7 @@ def _fresh_cache(root: Path, name: str) -> Path:
 
 
 def _timed(recipe: Path, out: Path, cache: Path, **kw) -> dict:
+    before = {p.parent.name for p in out.glob("cells/*/cell.json")}
     old = os.environ.get("EDGESMITH_CACHE")
     os.environ["EDGESMITH_CACHE"] = str(cache)
     try:
@@ -51,10 +52,10 @@ def _timed(recipe: Path, out: Path, cache: Path, **kw) -> dict:
             os.environ.pop("EDGESMITH_CACHE", None)
         else:
             os.environ["EDGESMITH_CACHE"] = old
-    cells = [json.loads(p.read_text()) for p in sorted(out.glob("cells/*/cell.json"))]
+    cells = [json.loads(p.read_text()) for p in sorted(out.glob("cells/*/cell.json")) if p.parent.name not in before]
     return {"wall_s": wall, "ran": report["run"]["ran"], "cached": report["run"]["cached"],
             "failed": report["run"]["failed"], "cells": len(report["cells"]),
-            "sum_cell_wall_s": sum(c["wall_s"] for c in cells if c["key"] in {x["key"] for x in report["cells"]}),
+            "sum_cell_wall_s": sum(c["wall_s"] for c in cells),  # the cells this run ran
             "ray_nodes": sorted({c["ray_node"] for c in cells if c.get("ray_node")})}
 
 
@@ -84,15 +85,25 @@ def run(recipe: Path, resume_drop: int, with_ray: bool, log=print) -> dict:
         if with_ray:
             log(f"  {out['modes']['resumed']['wall_s']:.1f} s; ray (two nodes) ...")
             cache_ray = _fresh_cache(root, "ray")
+            # Ray 2.60 turns token authentication on for a local cluster once ~/.ray/auth_token exists (a plain
+            # ray.init() writes it) but a joining `ray start --address` then stays without it: name the mode for
+            # the head, the worker and this driver alike
+            old_mode = os.environ.get("RAY_AUTH_MODE")
+            os.environ["RAY_AUTH_MODE"] = "token"
             env = {**os.environ, "EDGESMITH_CACHE": str(cache_ray)}
             address = f"127.0.0.1:{RAY_PORT}"
             try:
+                _ray("get-auth-token", "--generate", env=env)
                 _ray("start", "--head", "--num-cpus", "1", "--port", str(RAY_PORT), "--include-dashboard", "false",
                      "--disable-usage-stats", env=env)
                 _ray("start", "--address", address, "--num-cpus", "1", "--disable-usage-stats", env=env)
                 out["modes"]["ray-2-nodes"] = _timed(recipe, root / "ray", cache_ray, ray=address)
             finally:
                 subprocess.run([str(Path(sys.executable).parent / "ray"), "stop", "--force"], capture_output=True)
+                if old_mode is None:
+                    os.environ.pop("RAY_AUTH_MODE", None)
+                else:
+                    os.environ["RAY_AUTH_MODE"] = old_mode
             log(f"  {out['modes']['ray-2-nodes']['wall_s']:.1f} s on nodes {out['modes']['ray-2-nodes']['ray_nodes']}")
     s, p = out["modes"]["serial"]["wall_s"], out["modes"]["parallel"]["wall_s"]
     out["speedup_parallel_over_serial"] = s / p
@@ -102,7 +113,7 @@ def run(recipe: Path, resume_drop: int, with_ray: bool, log=print) -> dict:
 def markdown(r: dict) -> str:
     lines = ["# One sweep, four ways", "", f"Recipe `{Path(r['recipe']).name}` on a {r['cores']}-core machine; "
              "each mode from an empty model cache. Wall times " + r["provenance"] + ".", "",
-             "| mode | cells run | cells found done | wall (s) | sum of cell walls (s) | Ray nodes used |",
+             "| mode | cells run | cells found done | wall (s) | sum of the walls of the cells run (s) | Ray nodes used |",
              "|---|---|---|---|---|---|"]
     for name, m in r["modes"].items():
         lines.append(f"| {name} | {m['ran']} | {m['cached']} | {m['wall_s']:.1f} | {m['sum_cell_wall_s']:.1f} | "
