@@ -73,17 +73,22 @@ def check_deploy_table(data: dict, where: str) -> dict:
     return data
 
 
+def read_toml(p: Path, what: str = "recipe") -> dict:
+    """A TOML file as a dict; a missing file or bad syntax is one clear error naming ``what`` it is."""
+    if not p.is_file():
+        raise EdgesmithError(f"{what} {p} does not exist.", f"check the path of the {what}.")
+    try:
+        return tomllib.loads(p.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise EdgesmithError(f"{what} {p} is not valid TOML: {e}.", "fix the syntax (see README for an example).") from None
+
+
 def load_recipe(path: str | None) -> dict:
     """The recipe at ``path`` (empty without one), schema-checked, ``[[deploy]]`` tables included."""
     if not path:
         return {}
     p = Path(path)
-    if not p.is_file():
-        raise EdgesmithError(f"recipe file {p} does not exist.", "check the --recipe path.")
-    try:
-        data = tomllib.loads(p.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise EdgesmithError(f"recipe {p} is not valid TOML: {e}.", "fix the syntax (see README for an example).") from None
+    data = read_toml(p)
     check_deploy_table(data, f"recipe {p}")
     deploys = data.get("deploy", [])
     if not isinstance(deploys, list) or not all(isinstance(d, dict) for d in deploys):

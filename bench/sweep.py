@@ -33,14 +33,13 @@ import itertools
 import json
 import os
 import time
-import tomllib
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
 from edgesmith import __version__
-from edgesmith.bench.recipe import check_deploy_table, deploy_options, merged
+from edgesmith.bench.recipe import check_deploy_table, deploy_options, merged, read_toml
 from edgesmith.common import EdgesmithError, atomic_path, write_json
 
 SWEEP = {"out": str, "workers": int, "threads_per_cell": int}
@@ -90,12 +89,7 @@ def _set_dotted(spec: dict, dotted: str, value) -> None:
 def load_sweep(path: str | os.PathLike) -> tuple[dict, list[Cell]]:
     """The sweep settings and its cells, every cell's deploy table checked (no work done yet)."""
     p = Path(path)
-    if not p.is_file():
-        raise EdgesmithError(f"sweep recipe {p} does not exist.", "check the path of the recipe.")
-    try:
-        data = tomllib.loads(p.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise EdgesmithError(f"sweep recipe {p} is not valid TOML: {e}.", "fix the syntax (README: sweeps).") from None
+    data = read_toml(p, "sweep recipe")
     settings = data.pop("sweep", {})
     grid = data.pop("grid", {})
     listed = data.pop("cell", [])
