@@ -73,14 +73,28 @@ def _check_out(*paths: Path, force: bool) -> None:
         check_output(p, force=force, folder=False)
 
 
+PTH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+
+
 def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed: int = 0,
-           model_options: dict | None = None, force: bool = False) -> Path:
-    """Write ``model`` with its kind's export pass (ONNX: a graph, a step graph or a tree ensemble)."""
+           model_options: dict | None = None, force: bool = False, dtype: str = "fp16") -> Path:
+    """Write ``model`` with its kind's export pass (ONNX: a graph, a step graph or a tree ensemble); an RWKV model
+    (a producer, an official checkpoint, an edgesmith quantized one) to ``out.pth`` becomes an official-layout
+    checkpoint in ``dtype`` (fp16, bf16, fp32), quantized weights dequantized, that BlinkDL's ``rwkv`` package loads."""
     from edgesmith.bench.deploy import source_artifact
     from edgesmith.compress import PassContext, config_from_dict, run_passes
 
     out = Path(out)
+    if out.suffix == ".pth" and dtype not in PTH_DTYPES:
+        raise EdgesmithError(f"dtype {dtype!r} is not one of {', '.join(PTH_DTYPES)}.", "use --dtype fp16, bf16 or fp32.")
     _check_out(out, force=force)
+    if out.suffix == ".pth":  # a producer or a model file (official or quantized RWKV checkpoint)
+        import torch
+
+        from edgesmith.bench.sources.base import UserRequest, resolve_model
+
+        producer = resolve_model(model, UserRequest(options=dict(model_options or {}), seed=seed), seed=seed).build()
+        return _export_official_rwkv(producer, out, getattr(torch, PTH_DTYPES[dtype]), force)
     producer, kind = _producer(model, seed, model_options)
     config = config_from_dict({"kind": kind.export_pass, **({"opset": opset} if opset else {})})
     with tempfile.TemporaryDirectory() as work:
@@ -89,6 +103,20 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
         with atomic_path(out, force=force) as tmp:
             shutil.copyfile(art.path, tmp)
     return out
+
+
+def _export_official_rwkv(producer, out: Path, dtype, force: bool) -> Path:
+    from edgesmith.compress.rwkvquant.qcheckpoint import dequantized_model
+    from edgesmith.models.rwkv.checkpoint import save_rwkv
+    from edgesmith.models.rwkv.rwkv6 import RWKV6
+    from edgesmith.models.rwkv.rwkv7 import RWKV7
+
+    module = getattr(producer, "module_", None)
+    if not isinstance(module, (RWKV6, RWKV7)):
+        raise EdgesmithError(f"only RWKV models export to an official .pth; this one is "
+                             f"{type(module).__name__ if module is not None else 'not a torch model'}.",
+                             "export it to .onnx instead.")
+    return save_rwkv(dequantized_model(module), out, dtype=dtype, force=force)
 
 
 @dataclasses.dataclass

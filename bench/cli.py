@@ -97,7 +97,7 @@ def _load_calibration(path: str | None):
 
 
 def cmd_export(args) -> int:
-    out = api.export(args.model, args.out, opset=args.opset, seed=args.seed, force=args.force,
+    out = api.export(args.model, args.out, opset=args.opset, seed=args.seed, force=args.force, dtype=args.dtype,
                      model_options=parse_key_values(args.model_option, "--model-option"))
     print(f"wrote {out}")
     return 0
@@ -285,9 +285,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("kinds", help="list model kinds and their options").set_defaults(func=cmd_kinds)
     sub.add_parser("passes", help="list compression/export passes and their options").set_defaults(func=cmd_passes)
 
-    p = sub.add_parser("export", help="write a producer's model with its kind's export pass (ONNX)")
+    p = sub.add_parser("export", help="write a producer's model with its kind's export pass (ONNX), or an RWKV model "
+                                      "(quantized too) as an official-layout .pth")
     p.add_argument("model")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="FILE.onnx, or FILE.pth for an RWKV model in the official layout")
+    p.add_argument("--dtype", default="fp16", help="weights of an official .pth: fp16 (default), bf16 or fp32")
     p.add_argument("--opset", type=int)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model-option", dest="model_option", action="append", metavar="KEY=VALUE")

@@ -96,6 +96,20 @@ def save_quantized(model: nn.Module, path: str | os.PathLike, *, force: bool = F
     return path
 
 
+def dequantized_model(model: nn.Module) -> nn.Module:
+    """A plain RWKV6/RWKV7 (official parameter names) whose weights are the quantized model's dequantized ones:
+    what ``save_rwkv`` writes for runtimes that read official checkpoints (the ``rwkv`` package, say)."""
+    plain = build_model(model.cfg)
+    state = dict(model.state_dict())
+    for name, mod in model.named_modules():
+        if isinstance(mod, QuantLinear):
+            state[f"{name}.weight"] = mod.weight.detach().to(torch.float32)
+    plain.load_state_dict(state, strict=True)
+    if getattr(model, "init_wkv", None) is not None:
+        plain.init_wkv = model.init_wkv
+    return plain.eval()
+
+
 def load_quantized(path: str | os.PathLike) -> nn.Module:
     """Rebuild the quantized model exactly as it was saved (same dequantized weights, same logits)."""
     path = Path(path)
