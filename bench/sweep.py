@@ -117,14 +117,16 @@ def load_sweep(path: str | os.PathLike) -> tuple[dict, list[Cell]]:
             spec = merged(data, extra)
             for k, v in combo.items():
                 _set_dotted(spec, k, v)
-            params = {**_flatten(extra), **combo}
+            params = {**own, **combo}
             where = f"sweep recipe {p} cell {len(cells) + 1} ({', '.join(f'{k}={v}' for k, v in params.items())})"
             check_deploy_table(spec, where)
             for k in ("model", "target"):
                 if not spec.get(k):
                     raise EdgesmithError(f"{where}: no {k}.", f"set {k} at the top level, in [grid] or in each [[cell]].")
             cells.append(Cell(len(cells), params, _absolute_paths(spec)))
-    for c in cells:
+    threads = settings.get("threads_per_cell") or 1
+    for c in cells:  # the threads a cell is measured with are part of what it is (and of its key)
+        c.spec.setdefault("threads", threads)
         _check_cell(c.spec)
         c.key = cell_key(c.spec)
     if len({c.key for c in cells}) < len(cells):
@@ -295,10 +297,6 @@ def run_sweep(recipe: str | os.PathLike, out: str | os.PathLike | None = None, *
         raise EdgesmithError(f"workers is {workers!r}.", "use a whole number >= 0 (0: one per core).")
     workers = workers or cores
     threads = settings.get("threads_per_cell") or 1
-    for c in cells:  # the threads a cell is measured with are part of what it is: a cached cell keeps its own
-        if "threads" not in c.spec:
-            c.spec["threads"] = threads
-            c.key = cell_key(c.spec)
     _prepare_out(out)
     records, todo = {}, []
     for c in cells:
