@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 from edgesmith.bench.sweep import RECIPES, run_sweep
 from edgesmith.common import EdgesmithError, atomic_path, cache_dir, write_json
@@ -41,17 +42,10 @@ def _fresh_cache(root: Path, name: str) -> Path:
 
 def _timed(recipe: Path, out: Path, cache: Path, **kw) -> dict:
     before = {p.parent.name for p in out.glob("cells/*/cell.json")}
-    old = os.environ.get("EDGESMITH_CACHE")
-    os.environ["EDGESMITH_CACHE"] = str(cache)
-    try:
+    with mock.patch.dict(os.environ, {"EDGESMITH_CACHE": str(cache)}):
         t0 = time.perf_counter()
         report = run_sweep(recipe, out, progress=False, **kw)
         wall = time.perf_counter() - t0
-    finally:
-        if old is None:
-            os.environ.pop("EDGESMITH_CACHE", None)
-        else:
-            os.environ["EDGESMITH_CACHE"] = old
     cells = [json.loads(p.read_text()) for p in sorted(out.glob("cells/*/cell.json")) if p.parent.name not in before]
     return {"wall_s": wall, "ran": report["run"]["ran"], "cached": report["run"]["cached"],
             "failed": report["run"]["failed"], "cells": len(report["cells"]),
@@ -88,22 +82,17 @@ def run(recipe: Path, resume_drop: int, with_ray: bool, log=print) -> dict:
             # Ray 2.60 turns token authentication on for a local cluster once ~/.ray/auth_token exists (a plain
             # ray.init() writes it) but a joining `ray start --address` then stays without it: name the mode for
             # the head, the worker and this driver alike
-            old_mode = os.environ.get("RAY_AUTH_MODE")
-            os.environ["RAY_AUTH_MODE"] = "token"
-            env = {**os.environ, "EDGESMITH_CACHE": str(cache_ray)}
             address = f"127.0.0.1:{RAY_PORT}"
-            try:
-                _ray("get-auth-token", "--generate", env=env)
-                _ray("start", "--head", "--num-cpus", "1", "--port", str(RAY_PORT), "--include-dashboard", "false",
-                     "--disable-usage-stats", env=env)
-                _ray("start", "--address", address, "--num-cpus", "1", "--disable-usage-stats", env=env)
-                out["modes"]["ray-2-nodes"] = _timed(recipe, root / "ray", cache_ray, ray=address)
-            finally:
-                subprocess.run([str(Path(sys.executable).parent / "ray"), "stop", "--force"], capture_output=True)
-                if old_mode is None:
-                    os.environ.pop("RAY_AUTH_MODE", None)
-                else:
-                    os.environ["RAY_AUTH_MODE"] = old_mode
+            with mock.patch.dict(os.environ, {"RAY_AUTH_MODE": "token"}):
+                env = {**os.environ, "EDGESMITH_CACHE": str(cache_ray)}
+                try:
+                    _ray("get-auth-token", "--generate", env=env)
+                    _ray("start", "--head", "--num-cpus", "1", "--port", str(RAY_PORT), "--include-dashboard",
+                         "false", "--disable-usage-stats", env=env)
+                    _ray("start", "--address", address, "--num-cpus", "1", "--disable-usage-stats", env=env)
+                    out["modes"]["ray-2-nodes"] = _timed(recipe, root / "ray", cache_ray, ray=address)
+                finally:
+                    subprocess.run([str(Path(sys.executable).parent / "ray"), "stop", "--force"], capture_output=True)
             log(f"  {out['modes']['ray-2-nodes']['wall_s']:.1f} s on nodes {out['modes']['ray-2-nodes']['ray_nodes']}")
     s, p = out["modes"]["serial"]["wall_s"], out["modes"]["parallel"]["wall_s"]
     out["speedup_parallel_over_serial"] = s / p
