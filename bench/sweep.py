@@ -333,6 +333,19 @@ def run_sweep(recipe: str | os.PathLike, out: str | os.PathLike | None = None, *
     return report
 
 
+def require_done(report: dict, out: str | os.PathLike) -> dict:
+    """A script's sweep: every cell must have finished; returns ``report``."""
+    if report["run"]["failed"]:
+        raise EdgesmithError(f"{report['run']['failed']} sweep cell(s) failed (see {out}/sweep.md).",
+                             "fix what they report and run again: finished cells are kept.")
+    return report
+
+
+def cell_report(out: str | os.PathLike, key: str) -> dict:
+    """The deploy report of the finished cell ``key`` of the sweep in ``out``."""
+    return json.loads((Path(out) / "cells" / key / "deploy" / "report.json").read_text())
+
+
 def _run_local(todo: list[Cell], out: Path, workers: int, threads: int, _ray):
     """(cell, result, error) as cells finish; one process per worker (spawned: no forked torch threads)."""
     if not todo:

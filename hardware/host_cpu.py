@@ -298,7 +298,9 @@ class HostCpu(Target):
         variants = [Variant("fp32", [ExportStepOnnxConfig()], ["onnxruntime"], "fp32 step graph")]
         for method in kopts.methods:
             for bits in kopts.bits:
-                q = config_from_dict({"kind": method, "bits": bits, "group_size": kopts.group_size})
+                q = config_from_dict({"kind": method, "bits": bits, "group_size": kopts.group_size,
+                                      "sq_percentile": float(kopts.sq_percentile),
+                                      "quantize_vectors": kopts.quantize_vectors})
                 variants.append(Variant(f"{method.removeprefix('rwkv-')}-{bits}bit", [q, ExportStepOnnxConfig()],
                                         ["onnxruntime"], f"{method} {bits}-bit weights, step graph "
                                         "(4-bit SQ layers as MatMulNBits, VQ layers as Gather-dequantize)"))

@@ -150,13 +150,11 @@ def sweep_into(folder: Path, quick: bool = False, log=print, workers: int | None
                sweep_dir: Path | None = None) -> dict:
     """Run (or resume) the sweep recipe's cells with ``edgesmith sweep`` in ``sweep_dir`` (default
     ``folder/cells``), then write the paper's view, ``sweep.json`` and ``pareto.png``, into ``folder``."""
-    from edgesmith.bench.sweep import run_sweep
+    from edgesmith.bench.sweep import require_done, run_sweep
 
     recipe = QUICK_RECIPE if quick else RECIPE
-    sweep = run_sweep(recipe, sweep_dir or folder / "cells", workers=workers, ray=ray, log=log)
-    if sweep["run"]["failed"]:
-        raise EdgesmithError(f"{sweep['run']['failed']} sweep cell(s) failed (see {sweep_dir or folder / 'cells'}/sweep.md).",
-                             "fix what they report and run again: finished cells are kept.")
+    sweep_dir = sweep_dir or folder / "cells"
+    sweep = require_done(run_sweep(recipe, sweep_dir, workers=workers, ray=ray, log=log), sweep_dir)
     points = points_from_sweep(sweep)
     result = {"recipe": str(recipe), "sweep_run": sweep["run"], "points": points,
               "pareto_macs": pareto(points, "effective_macs"), "pareto_memory": pareto(points, "memory_bytes"),

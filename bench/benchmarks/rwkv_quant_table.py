@@ -1,141 +1,135 @@
 """Perplexity of the RWKV reference models: fp32 vs RTN, GPTQ, GPTVQ, RWKVQuant at ~3.3 and ~4.3 bpw.
 
     python -m edgesmith.bench.benchmarks.rwkv_quant_table [--models rwkv6-ref rwkv7-ref] [--bits 3 4] \
-        [--vectors quantized fp] [--out-dir bench/results/rwkv_quant] [--threads 1]
+        [--vectors quantized fp] [--out-dir bench/results/rwkv_quant] [--workers N] [--ray auto|ADDRESS] \
+        [--sweep-dir DIR] [--quick]
 
-Data: calibration is 64 windows of 128 bytes from the training split (``producer.calibration_data``);
-RWKVQuant's threshold percentile is chosen on the validation split (``models.rwkv.data.load_validation``:
-stdlib files past the training cap, never trained on, never evaluated); the evaluation split is only
-ever scored. Settings are the pass defaults (SQ group 64 with fp16 scale and integer zero point; VQ
-d=2 with codebooks sized to the same overhead). The token-shift multiplication vectors are treated
-alike by every method: ``--vectors quantized`` (3-bit codebooks: plain k-means for the baselines,
-the importance-weighted codebook for RWKVQuant) and/or ``--vectors fp`` (kept in high precision).
-Rows: ``rwkvquant`` is the paper's default percentile (90), ``rwkvquant-val`` the percentile of
-``PERCENTILES`` with the lowest validation perplexity. "ΔNLL vs GPTQ" is the mean per-window
-difference of next-byte NLL to GPTQ at the same bits and vector treatment (negative = better) with
-its paired standard error over the evaluation windows: differences within ~2 SE are noise. Writes ``table_*.md``, ``results_*.json``
-(every per-layer decision and error, every candidate's validation perplexity) and ``ppl_vs_bpw_*.png``.
+The cells are an ``edgesmith sweep`` (``bench/recipes/sweeps/rwkv-quant-table.toml``; ``--quick``: its
+test-size twin), run in parallel or on Ray, cached per cell and resumed: each is one host-cpu deploy of one
+quantizer at one bit width and one treatment of the token-shift multiplication vectors (``quantize_vectors``:
+3-bit codebooks, plain k-means for the baselines and the importance-weighted codebook for RWKVQuant, or kept
+fp), scored on the step graph in onnxruntime on the evaluation split and on the validation split (stdlib
+files past the training cap, never trained on, never evaluated), with per-window NLLs. Calibration is the
+kind's 64 windows of 128 bytes from the training split; settings are the pass defaults (SQ group 64 with fp16
+scale and integer zero point; VQ d=2 with codebooks sized to the same overhead).
+
+What this script adds is the paper's view. Rows: ``rwkvquant`` is the paper's default percentile (90),
+``rwkvquant-val`` the percentile of ``PERCENTILES`` with the lowest *validation* perplexity (the evaluation
+scores of the other candidates are never looked at). "ΔNLL vs GPTQ" is the mean per-window difference of
+next-byte NLL to GPTQ at the same bits and vector treatment (negative = better) with its paired standard
+error over the evaluation windows: differences within ~2 SE are noise. Writes ``table_*.md``,
+``results_*.json`` (every per-layer decision and error, every candidate's validation perplexity) and
+``ppl_vs_bpw_*.png``.
 """
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
-from edgesmith.compress.rwkvquant import make_config, quantize_rwkv, save_quantized
-from edgesmith.compress.rwkvquant.qcheckpoint import quantized_size_bytes
-from edgesmith.models import get_producer
-from edgesmith.common import atomic_path, write_json
-from edgesmith.models.rwkv.data import load_validation, sequences
-from edgesmith.models.rwkv.train import perplexity
+from edgesmith.bench.sweep import RECIPES
+from edgesmith.common import EdgesmithError, atomic_path, write_json
 
 METHODS = ("rtn", "gptq", "gptvq", "rwkvquant")
 TUNED = "rwkvquant-val"  # RWKVQuant with its percentile chosen on the validation split
-PERCENTILES = (50.0, 75.0, 90.0, 100.0)  # candidate thresholds (share of matrices below tau, per proxy)
+PERCENTILES = (50.0, 75.0, 90.0, 100.0)  # candidate thresholds in the recipe (share of matrices below tau)
+DEFAULT_PERCENTILE = 90.0  # the paper's
 VECTORS = {"quantized": True, "fp": False}
-
-
-@torch.no_grad()
-def window_nll(model, windows: np.ndarray, batch: int = 16) -> np.ndarray:
-    """Mean next-byte NLL (nats) of each window: exp(mean) is the perplexity (windows have equal length),
-    and paired per-window differences give a standard error for comparing two methods."""
-    x = torch.from_numpy(np.ascontiguousarray(windows))
-    out = []
-    for i in range(0, len(x), batch):
-        logits = model(x[i:i + batch, :-1])[0]
-        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x[i:i + batch, 1:].reshape(-1),
-                              reduction="none")
-        out.append(nll.reshape(len(logits), -1).mean(1))
-    return torch.cat(out).double().numpy()
+RECIPE, QUICK_RECIPE = RECIPES / "rwkv-quant-table.toml", RECIPES / "rwkv-quant-table-quick.toml"
 
 
 def paired_vs(nll: np.ndarray, ref: np.ndarray) -> dict:
     """Mean per-window NLL difference to a reference method and its standard error (nats per byte)."""
-    d = nll - ref
+    d = np.asarray(nll) - np.asarray(ref)
     return {"dnll": float(d.mean()), "se": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")}
 
 
-def validation_windows(prod, n: int) -> "torch.Tensor":
-    """Windows of the validation split shaped like the producer's evaluation windows."""
-    tokens, _ = load_validation()
-    return sequences(tokens, prod.eval_seq_len + 1, n)
+def _cell_rows(report: dict) -> tuple[dict, dict]:
+    """(fp32 row, quantized row) of one cell's deploy report, with their per-window NLLs."""
+    by_variant = {r["variant"]: r for r in report["results"] if r["runtime"] == "onnxruntime"}
+    variants = {v["name"]: v for v in report["variants"]}
+
+    def scored(name):
+        ev = by_variant[name]["evaluation"]
+        extra = ev["extra"]
+        if "validation_window_nll" not in extra:
+            raise EdgesmithError(f"the report of {report['model']} has no validation scores.",
+                                 "run the recipe with model_options.validation = true.")
+        return {"ppl": ev["value"], "val_ppl": extra["validation_perplexity"], "eval_tokens": ev["n_samples"],
+                "val_tokens": extra["validation_tokens"], "data": extra.get("data"),
+                "nll": np.asarray(extra["window_nll"]), "val_nll": np.asarray(extra["validation_window_nll"])}
+
+    fp = {"method": "fp32", "bits": 32, "bpw": 32.0, **scored("fp32"),
+          "size_bytes": variants["fp32"]["pass_reports"][0]["size_before_bytes"]}
+    name = next(n for n in variants if n != "fp32")
+    quant = variants[name]["pass_reports"][0]  # the RWKV quantizer's own report
+    cfg = quant["config"]
+    q = {"method": cfg["kind"].removeprefix("rwkv-"), "bits": cfg["bits"],
+         "vectors": "quantized" if cfg["quantize_vectors"] else "fp", "percentile": cfg["sq_percentile"],
+         "bpw": quant["bits_per_weight"], **scored(name), "n_vq": quant["extra"]["n_vq"],
+         "n_sq": quant["extra"]["n_sq"], "size_bytes": quant["size_after_bytes"],
+         "vector_bpw": quant["extra"]["vector_bits_per_weight"], "decision": quant["extra"]["decision"],
+         "seconds": quant["seconds"], "layers": quant["layers"]}
+    return fp, q
 
 
-def run_model(name: str, bits_list, n_calibration: int, log=print, *, methods=METHODS,
-              eval_sequences: int | None = None, save_dir: Path | None = None, vectors=(True,),
-              percentiles=PERCENTILES) -> dict:
-    """fp32 and every (vectors, bits, method) of ``name``: bpw, validation and held-out perplexity, size,
-    per-layer decisions.
+def table_from_reports(reports: list[dict]) -> list[dict]:
+    """Per model: the fp32 row, every (vectors, bits, method) row, ``TUNED`` picked on validation perplexity,
+    and the paired comparison with GPTQ. Every cell deploys fp32 too: they must agree (same step graph)."""
+    models: dict = {}
+    for report in reports:
+        fp, q = _cell_rows(report)
+        m = models.setdefault(report["model"], {"fp": fp, "cells": []})
+        if abs(m["fp"]["ppl"] - fp["ppl"]) > 1e-6 * fp["ppl"]:
+            raise EdgesmithError(f"{report['model']}: fp32 perplexity differs between cells ({m['fp']['ppl']} vs "
+                                 f"{fp['ppl']}).", "the cells were run on different data or code; run them again with --force.")
+        m["cells"].append(q)
+    results = []
+    for name, m in models.items():
+        fp, rows, nlls = m["fp"], [], {}
+        groups: dict = {}
+        for q in m["cells"]:
+            groups.setdefault((q["vectors"], q["bits"], q["method"]), []).append(q)
+        for (vec, bits, method), qs in sorted(groups.items(), key=lambda kv: (kv[0][0] != "quantized", kv[0][1],
+                                                                              METHODS.index(kv[0][2]))):
+            if method != "rwkvquant":
+                rows.append(qs[0])
+                continue
+            default = [q for q in qs if q["percentile"] == DEFAULT_PERCENTILE]
+            rows += default
+            if len(qs) > 1:  # a tie goes to more SQ (the higher percentile)
+                best = min(qs, key=lambda q: (q["val_ppl"], -q["percentile"]))
+                rows.append({**best, "method": TUNED,
+                             "validation": [{"percentile": q["percentile"], "val_ppl": q["val_ppl"], "n_vq": q["n_vq"]}
+                                            for q in sorted(qs, key=lambda q: q["percentile"])]})
+        for r in rows:
+            nlls[(r["vectors"], r["bits"], r["method"])] = r["nll"]
+        for r in rows:
+            ref = nlls.get((r["vectors"], r["bits"], "gptq"))
+            if ref is not None and r["method"] != "gptq":
+                r["vs_gptq"] = paired_vs(r["nll"], ref)
+        clean = [{k: v for k, v in r.items() if k not in ("nll", "val_nll", "eval_tokens", "val_tokens", "data")}
+                 for r in [fp, *rows]]
+        results.append({"model": name, "eval_tokens": fp["eval_tokens"], "val_tokens": fp["val_tokens"],
+                        "data": fp["data"], "rows": clean})
+    return results
 
-    ``methods`` may include ``TUNED``: RWKVQuant at each of ``percentiles``, scored on the validation
-    split only, the best one then scored on the evaluation split. ``vectors``: which treatments of the
-    multiplication vectors to run (True = codebook-quantized, False = fp), the same for every method.
-    ``log`` is called once after fp32 and once after each row, so callers can drive a progress bar
-    with it. ``eval_sequences`` scores fewer held-out (and validation) windows (quick runs); with
-    ``save_dir`` every quantized model is saved there and its size is that file's size on disk.
-    """
-    prod = get_producer(name).build()
-    if eval_sequences is not None:
-        prod.eval_sequences = eval_sequences
-    model = prod.module
-    calib = prod.calibration_data(n_calibration)
-    val = validation_windows(prod, prod.eval_sequences)
-    forward = lambda m: (lambda x: m(torch.as_tensor(x))[0])  # noqa: E731
-    val_ppl = lambda m: perplexity(forward(m), val)  # noqa: E731
-    fp = prod.evaluate(forward(model))  # the producer's own scoring: fingerprint and byte count
-    windows = prod.eval_windows()
-    fp16_bytes = sum(v.numel() * 2 for v in model.state_dict().values())
-    rows = [{"method": "fp32", "bits": 32, "bpw": 32.0, "ppl": fp.value, "val_ppl": val_ppl(model),
-             "size_bytes": fp16_bytes * 2}]
-    log(f"{name}: fp32 ppl {fp.value:.4f}")
-    cache: dict = {}  # per-matrix GPTQ/GPTVQ results: same model and calibration for every row
-    nlls: dict = {}
-    for vec in vectors:
-        for bits in bits_list:
-            for method in methods:
-                t0 = time.perf_counter()
-                kw = dict(bits=bits, n_calibration=n_calibration, quantize_vectors=vec)
-                candidates = {}
-                if method == TUNED:
-                    for pct in percentiles:
-                        qm, r = quantize_rwkv(model, calib, make_config("rwkvquant", sq_percentile=pct, **kw),
-                                              cache=cache)
-                        candidates[pct] = (val_ppl(qm), qm, r)
-                    best = min(candidates, key=lambda k: (candidates[k][0], -k))  # a tie goes to more SQ
-                    _, q, rep = candidates[best]
-                else:
-                    q, rep = quantize_rwkv(model, calib, make_config(method, **kw), cache=cache)
-                nll = window_nll(q, windows)
-                ppl = float(np.exp(nll.mean()))
-                row = {"method": method, "bits": bits, "vectors": "quantized" if vec else "fp",
-                       "bpw": rep.bits_per_weight, "ppl": ppl,
-                       "val_ppl": candidates[best][0] if candidates else val_ppl(q),
-                       "n_vq": rep.extra["n_vq"], "n_sq": rep.extra["n_sq"], "size_bytes": quantized_size_bytes(q),
-                       "vector_bpw": rep.extra["vector_bits_per_weight"], "decision": rep.extra["decision"],
-                       "seconds": time.perf_counter() - t0, "layers": [layer.to_dict() for layer in rep.layers]}
-                if candidates:
-                    row["validation"] = [{"percentile": k, "val_ppl": v[0], "n_vq": v[2].extra["n_vq"]}
-                                         for k, v in candidates.items()]
-                if save_dir is not None:
-                    tag = "" if vec else "-fpvec"
-                    path = save_quantized(q, Path(save_dir) / f"{name}-{method}-{bits}b{tag}.pth")
-                    row.update(size_bytes=path.stat().st_size, checkpoint=path.name)
-                rows.append(row)
-                nlls[(vec, bits, method)] = nll
-                log(f"{name}: {method} {bits}b vectors {row['vectors']} -> {row['bpw']:.3f} bpw, "
-                    f"val {row['val_ppl']:.4f}, ppl {ppl:.4f} ({row['seconds']:.0f}s)")
-    for row in rows[1:]:  # paired comparison with GPTQ at the same bits and vector treatment
-        vec = row["vectors"] == "quantized"
-        ref = nlls.get((vec, row["bits"], "gptq"))
-        if ref is not None and row["method"] != "gptq":
-            row["vs_gptq"] = paired_vs(nlls[(vec, row["bits"], row["method"])], ref)
-    return {"model": name, "config": model.cfg.to_dict(), "fp16_checkpoint_bytes": fp16_bytes,
-            "eval_tokens": fp.n_samples, "val_tokens": int(val[:, 1:].size), "data": fp.extra.get("data"),
-            "calibration_sequences": int(len(calib)), "rows": rows}
+
+def run_table(recipe: Path, sweep_dir: Path, *, models=None, bits=None, vectors=None, workers: int | None = None,
+              ray: str | None = None, log=print) -> tuple[list[dict], dict]:
+    """The recipe's cells (those of ``models``, ``bits`` and ``vectors`` when given) through the sweep in
+    ``sweep_dir``; returns the table and the sweep's run record."""
+    from edgesmith.bench.sweep import cell_report, require_done, run_sweep
+
+    def select(cell):
+        spec, opts = cell.spec, cell.spec.get("options", {})
+        return ((models is None or spec["model"] in models) and (bits is None or opts["bits"][0] in bits)
+                and (vectors is None or opts.get("quantize_vectors", True) in vectors))
+
+    sweep = require_done(run_sweep(recipe, sweep_dir, workers=workers, ray=ray, log=log, select=select), sweep_dir)
+    reports = [cell_report(sweep_dir, c["key"]) for c in sweep["cells"]]
+    return table_from_reports(reports), sweep["run"]
 
 
 def markdown(results: list[dict]) -> str:
@@ -188,19 +182,25 @@ def plot(results: list[dict], path: Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=["rwkv6-ref", "rwkv7-ref"])
-    ap.add_argument("--bits", nargs="+", type=int, default=[3, 4])
-    ap.add_argument("--vectors", nargs="+", choices=sorted(VECTORS), default=["quantized", "fp"])
-    ap.add_argument("--n-calibration", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--models", nargs="+", default=None, help="a subset of the recipe's models")
+    ap.add_argument("--bits", nargs="+", type=int, default=None, help="a subset of the recipe's bit widths")
+    ap.add_argument("--vectors", nargs="+", choices=sorted(VECTORS), default=None)
+    ap.add_argument("--quick", action="store_true", help="the test-size recipe (rwkv7-ref, two windows; a minute)")
+    ap.add_argument("--workers", type=int, default=None, help="sweep cells at a time (default: one per core)")
+    ap.add_argument("--ray", default=None, help="run the cells on Ray: auto, an address, or local")
+    ap.add_argument("--sweep-dir", type=Path, default=None,
+                    help="the sweep folder to run or resume (default: the recipe's, runs/sweeps/...)")
     ap.add_argument("--out-dir", type=Path, default=Path("bench/results/rwkv_quant"))
     a = ap.parse_args(argv)
-    torch.set_num_threads(a.threads)
-    results = [run_model(m, a.bits, a.n_calibration, methods=(*METHODS, TUNED),
-                         vectors=tuple(VECTORS[v] for v in a.vectors)) for m in a.models]
+    recipe = QUICK_RECIPE if a.quick else RECIPE
+    sweep_dir = a.sweep_dir or Path("runs/sweeps") / recipe.stem
+    vectors = None if a.vectors is None else {VECTORS[v] for v in a.vectors}
+    results, run = run_table(recipe, sweep_dir, models=a.models, bits=a.bits, vectors=vectors, workers=a.workers,
+                             ray=a.ray)
     a.out_dir.mkdir(parents=True, exist_ok=True)
-    tag = "_".join(a.models)
-    write_json(a.out_dir / f"results_{tag}.json", results)
+    tag = "_".join(r["model"] for r in results)
+    write_json(a.out_dir / f"results_{tag}.json", {"recipe": str(recipe), "sweep_dir": str(sweep_dir),
+                                                  "sweep_run": run, "models": results})
     md = markdown(results)
     with atomic_path(a.out_dir / f"table_{tag}.md", force=True) as tmp:
         tmp.write_text(md)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import time
 from pathlib import Path
 
@@ -106,20 +105,17 @@ def run_study(out: Path, quick: bool, targets, workers: int | None = None, ray: 
               sweep_dir: Path | None = None, log=print):
     """The recipe's cells on ``targets`` through ``edgesmith sweep`` (in ``sweep_dir``, default ``out/cells``);
     rows with non-zero parameter counts, and the routers' reason for not running on loihi2."""
-    from edgesmith.bench.sweep import run_sweep
+    from edgesmith.bench.sweep import cell_report, require_done, run_sweep
 
     sweep_dir = sweep_dir or out / "cells"
-    sweep = run_sweep(recipe(quick), sweep_dir, workers=workers, ray=ray, log=log,
-                      select=lambda c: c.spec["target"] in targets)
-    if sweep["run"]["failed"]:
-        raise EdgesmithError(f"{sweep['run']['failed']} sweep cell(s) failed (see {sweep_dir}/sweep.md).",
-                             "fix what they report and run again: finished cells are kept.")
+    sweep = require_done(run_sweep(recipe(quick), sweep_dir, workers=workers, ray=ray, log=log,
+                                   select=lambda c: c.spec["target"] in targets), sweep_dir)
     rows, skipped, seen = [], [], set()
     for cell in sweep["cells"]:
         spec = cell["spec"]
         opts = spec.get("model_options", {})
         producer = get_producer(PRODUCER, seed=spec.get("seed", 0), **opts).build()  # cached: reads the weights
-        report = json.loads((Path(sweep_dir) / "cells" / cell["key"] / "deploy" / "report.json").read_text())
+        report = cell_report(sweep_dir, cell["key"])
         rows += rows_from_report(report, label(opts), producer.n_params())
         if "loihi2" in targets and label(opts) not in seen and (why := loihi_support(producer)):
             skipped.append({"model": label(opts), "target": "loihi2", "reason": why})

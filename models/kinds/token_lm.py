@@ -20,6 +20,8 @@ class TokenLmOptions(KindOptions):
     methods: tuple[str, ...] = option(METHODS, "weight quantizers to compare (pass kinds)")
     bits: tuple[int, ...] = option((3, 4), "code bits of each quantizer (about 3.3 / 4.3 bits per weight)")
     group_size: int = option(64, "weights per scale of scalar quantization")
+    sq_percentile: float = option(90.0, "RWKVQuant's threshold percentile (share of matrices below tau, per proxy)")
+    quantize_vectors: bool = option(True, "codebook-quantize the token-shift multiplication vectors (every method)")
 
     def validate(self) -> None:
         methods, bits = tuple(self.methods), tuple(self.bits)
@@ -30,6 +32,11 @@ class TokenLmOptions(KindOptions):
         g = self.group_size
         if isinstance(g, bool) or not isinstance(g, int) or g < 16 or g & (g - 1):
             self._fail("group_size", f"is {g!r}", "use a power of two of at least 16, e.g. 64.")
+        p = self.sq_percentile
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 100:
+            self._fail("sq_percentile", f"is {p!r}", "use a percentile in (0, 100], e.g. 90.")
+        if not isinstance(self.quantize_vectors, bool):
+            self._fail("quantize_vectors", f"is {self.quantize_vectors!r}", "use true or false.")
 
 
 @register_kind

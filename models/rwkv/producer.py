@@ -7,14 +7,16 @@ training split only, evaluation is next-byte perplexity on the held-out split (l
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
 from edgesmith.common import EdgesmithError
 from edgesmith.models.rwkv.checkpoint import load_rwkv, save_rwkv
-from edgesmith.models.rwkv.data import load_splits, sequences
-from edgesmith.models.rwkv.train import TrainSettings, perplexity, reference_paths, train
+from edgesmith.models.rwkv.data import load_splits, load_validation, sequences
+from edgesmith.models.rwkv.train import TrainSettings, reference_paths, train, window_nll
 
 
 class RWKVReference(Producer):
@@ -26,8 +28,10 @@ class RWKVReference(Producer):
     eval_seq_len: int = 256
     eval_sequences: int = 64
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, eval_sequences: int = 64, validation: bool = False):
         super().__init__(seed=seed)
+        self.eval_sequences = eval_sequences
+        self.validation = validation
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -39,6 +43,11 @@ class RWKVReference(Producer):
         return self.splits_
 
     def build(self) -> "RWKVReference":
+        n = self.eval_sequences
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise EdgesmithError(f"eval_sequences is {n!r}.", "use a whole number of windows >= 1 (default 64).")
+        if not isinstance(self.validation, bool):
+            raise EdgesmithError(f"validation is {self.validation!r}.", "use true or false.")
         pth, _ = reference_paths(self.version)
         if not pth.exists():
             model, _ = train(TrainSettings(version=self.version, seed=self.seed))
@@ -53,15 +62,28 @@ class RWKVReference(Producer):
     def eval_windows(self) -> np.ndarray:
         return sequences(self._splits().eval, self.eval_seq_len + 1, self.eval_sequences)
 
+    def validation_windows(self) -> np.ndarray:
+        """Windows of the validation split (stdlib files past the training cap: never trained on, never
+        in the evaluation split), shaped like the evaluation windows; for choosing settings."""
+        tokens, _ = load_validation()
+        return sequences(tokens, self.eval_seq_len + 1, self.eval_sequences)
+
     def evaluate(self, predict) -> Evaluation:
-        """``predict``: int64 tokens (B, T) -> logits (B, T, 256)."""
+        """``predict``: int64 tokens (B, T) -> logits (B, T, 256). Perplexity on the evaluation split; the
+        per-window NLLs (nats per byte) travel in ``extra`` for paired comparisons, and with
+        ``validation=True`` the same for the validation split."""
         windows = self.eval_windows()
         try:
-            ppl = perplexity(predict, windows)
+            nll = window_nll(predict, windows)
+            extra = {"data": self._splits().fingerprint(), "window_nll": [round(float(v), 7) for v in nll]}
+            if self.validation:
+                val = window_nll(predict, self.validation_windows())
+                extra.update(validation_perplexity=math.exp(float(val.mean())), validation_tokens=int(val.size) * self.eval_seq_len,
+                             validation_window_nll=[round(float(v), 7) for v in val])
         except RuntimeError as e:
             raise EdgesmithError(f"evaluating {self.name} failed: {str(e)[:200]}",
                                  "predict must map int64 tokens (B, T) to logits (B, T, 256).") from None
-        return Evaluation(self.metric, ppl, int(windows[:, 1:].size), {"data": self._splits().fingerprint()})
+        return Evaluation(self.metric, math.exp(float(nll.mean())), int(windows[:, 1:].size), extra)
 
 
 @register_producer

@@ -48,16 +48,21 @@ def reference_paths(version: int, weights_dir: Path = WEIGHTS_DIR) -> tuple[Path
 
 
 @torch.no_grad()
-def perplexity(forward, windows: np.ndarray, batch: int = 16) -> float:
-    """exp(mean next-byte cross-entropy) of ``forward`` (tokens (B, T) -> logits (B, T, V)) over windows."""
-    total, count = 0.0, 0
+def window_nll(forward, windows: np.ndarray, batch: int = 16) -> np.ndarray:
+    """Mean next-byte cross-entropy (nats) of each window under ``forward`` (tokens (B, T) -> logits
+    (B, T, V)): paired per-window differences give a standard error when two models are compared."""
+    out = []
     for i in range(0, len(windows), batch):
         x = torch.from_numpy(np.ascontiguousarray(windows[i:i + batch]))
         logits = torch.as_tensor(np.asarray(forward(x[:, :-1])))
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x[:, 1:].reshape(-1), reduction="sum")
-        total += float(loss)
-        count += x[:, 1:].numel()
-    return math.exp(total / count)
+        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x[:, 1:].reshape(-1), reduction="none")
+        out.append(nll.reshape(len(x), -1).double().mean(1))
+    return torch.cat(out).numpy()
+
+
+def perplexity(forward, windows: np.ndarray, batch: int = 16) -> float:
+    """exp(mean next-byte cross-entropy) of ``forward`` over equal-length windows."""
+    return math.exp(float(window_nll(forward, windows, batch).mean()))
 
 
 def train(settings: TrainSettings, log=print):

@@ -123,3 +123,12 @@ def test_export_writes_each_kind_with_its_own_export_pass(capsys, tmp_path):
     sess = ort.InferenceSession(str(tmp_path / "p.onnx"), providers=["CPUExecutionProvider"])
     out = sess.run(None, {sess.get_inputs()[0].name: np.zeros((3, 4), np.float32)})[0]
     assert out.shape == (3, 2)
+
+
+@pytest.mark.parametrize("flag,value,named", [("--option", "sq_percentile=0", "sq_percentile"),
+                                              ("--option", "quantize_vectors=1", "quantize_vectors"),
+                                              ("--model-option", "eval_sequences=0", "eval_sequences")])
+def test_bad_token_lm_settings_are_refused_before_any_output(capsys, tmp_path, flag, value, named):
+    code, _, err = run_cli(capsys, "deploy", "rwkv7-ref", "--target", "host-cpu", flag, value, "--out", tmp_path / "r")
+    assert_user_error(code, err, named)
+    assert not (tmp_path / "r").exists()
