@@ -117,11 +117,22 @@ def test_a_local_sweep_runs_every_cell_then_a_rerun_runs_only_what_is_missing(tm
     assert (third["run"]["ran"], third["run"]["cached"]) == (1, 1)
 
 
+def _ray_processes() -> set[int]:
+    """Pids of this user's Ray daemons (GCS, raylet, workers)."""
+    out = subprocess.run(["pgrep", "-u", str(os.getuid()), "-f", "raylet|gcs_server|ray::"], capture_output=True, text=True)
+    return {int(p) for p in out.stdout.split()}
+
+
 @pytest.mark.slow
-def test_a_sweep_killed_halfway_resumes_with_only_the_missing_cells(tmp_path):
-    p = _recipe(tmp_path, FAST + "[grid]\nseed = [0, 1, 2, 3]\n")
+@pytest.mark.parametrize("runner", ["local", "ray"])
+def test_a_sweep_killed_halfway_resumes_with_only_the_missing_cells(tmp_path, runner):
+    if runner == "ray":
+        pytest.importorskip("ray", reason="ray is a declared dependency; make setup installs it")
+    p = _recipe(tmp_path, FAST + "[grid]\nseed = [0, 1, 2, 3, 4, 5]\n[sweep]\nthreads_per_cell = 1\n")
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "edgesmith.bench.cli", "sweep", str(p), "--out", str(out), "--workers", "1", "--quiet"]
+    how = ["--workers", "1"] if runner == "local" else ["--ray", "local"]  # ray: the CLI starts its own instance
+    before = _ray_processes()
+    cmd = [sys.executable, "-m", "edgesmith.bench.cli", "sweep", str(p), "--out", str(out), *how, "--quiet"]
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 300
@@ -130,15 +141,21 @@ def test_a_sweep_killed_halfway_resumes_with_only_the_missing_cells(tmp_path):
             assert time.time() < deadline, "no cell finished in 5 minutes"
             time.sleep(0.2)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its worker, at once: no clean-up code runs
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its children at once: no clean-up code runs
         proc.wait()
     done_before = len(list(out.glob("cells/*/cell.json")))
-    assert 1 <= done_before < 4
+    assert 1 <= done_before < 6
     assert not (out / "sweep.json").exists()  # the merged report is written at the end only
-    resumed = run_sweep(p, out, workers=2, progress=False, log=lambda m: None)
+    if runner == "ray":  # the killed driver's Ray instance went with it (Ray's daemons share its fate)
+        deadline = time.time() + 60
+        while _ray_processes() - before and time.time() < deadline:
+            time.sleep(0.5)
+        assert not _ray_processes() - before, "Ray processes of the killed sweep are still running"
+    resumed = run_sweep(p, out, workers=2, ray="local" if runner == "ray" else None, progress=False,
+                        log=lambda m: None)
     assert resumed["run"]["cached"] == done_before
-    assert resumed["run"]["ran"] == 4 - done_before
-    assert [c["status"] for c in resumed["cells"]] == ["done"] * 4
+    assert resumed["run"]["ran"] == 6 - done_before and resumed["run"]["failed"] == 0
+    assert [c["status"] for c in resumed["cells"]] == ["done"] * 6
 
 
 @pytest.mark.slow
