@@ -189,13 +189,28 @@ def collect_calibration(model: nn.Module, tokens: np.ndarray, batch: int = 16):
             imp[key] = ShiftImportance()
             hooks.append(getattr(blk, part).shift_probe.register_forward_hook(
                 lambda m, a, out, key=key: imp[key].update(out)))
+    # the head (65,536 logits per token on a World-vocabulary model) is not calibrated: stop before it
+    hooks.append(model.ln_out.register_forward_pre_hook(_stop_before_head))
     try:
         for i in range(0, len(tokens), batch):
-            model(torch.as_tensor(tokens[i:i + batch], dtype=torch.long))
+            try:
+                model(torch.as_tensor(tokens[i:i + batch], dtype=torch.long))
+            except _HeadReached:
+                pass
     finally:
         for h in hooks:
             h.remove()
-    return {k: H[k] / n_rows[k] for k in H}, {k: v.value() for k, v in imp.items()}
+    for k in H:  # in place: a second set of Hessians would double the peak memory (1 GB at 0.1B shape)
+        H[k].div_(n_rows[k])
+    return H, {k: v.value() for k, v in imp.items()}
+
+
+class _HeadReached(Exception):
+    """Raised at the output norm: calibration has seen every block linear of the batch."""
+
+
+def _stop_before_head(module, args):
+    raise _HeadReached
 
 
 # --- quantization ------------------------------------------------------------------------------
@@ -271,30 +286,33 @@ def quantize_matrix(name: str, w: torch.Tensor, H: torch.Tensor, choice: str, co
 
 
 def quantize_rwkv(model: nn.Module, calibration: np.ndarray, config: RWKVQuantBase, log=None, *,
-                  cache: dict | None = None):
+                  cache: dict | None = None, inplace: bool = False):
     """A quantized copy of ``model`` (RWKV6/RWKV7) and the PassReport describing every decision.
 
     Calibration is one pass of the fp model (not block-sequential) for every method alike, so a
     matrix's Hessian does not depend on the method and ``cache`` (a dict shared by calls on the same
-    model and calibration data, e.g. a table's runs) can reuse per-matrix results.
+    model and calibration data, e.g. a table's runs) can reuse per-matrix results. ``inplace=True``
+    quantizes ``model`` itself (no copy: one fp32 model less in memory, for large checkpoints).
     """
     if not hasattr(model, "cfg") or getattr(model.cfg, "version", None) not in (6, 7):
         raise EdgesmithError(f"RWKV quantization got a {type(model).__name__}, not an RWKV-6/7 model.",
                              "load the model with models.rwkv.load_rwkv or an rwkv producer.")
-    model = copy.deepcopy(model).eval()
+    model = (model if inplace else copy.deepcopy(model)).eval()
     version = model.cfg.version
     calib = np.asarray(calibration)[: config.n_calibration]
     H, importance = collect_calibration(model, calib)
-    weights = {n: m.weight.detach().clone() for n, m in linear_modules(model).items()}
+    # no copies: the quantizers never write into w, and each matrix (and its Hessian) is let go once replaced
+    weights = {n: m.weight.detach() for n, m in linear_modules(model).items()}
     choice, why, proxy_info = choose_methods(weights, config)
     layers, n_weights, n_bits = [], 0, 0
-    for name, w in weights.items():
+    for name in list(weights):
+        w = weights.pop(name)
         q, label = quantize_matrix(name, w, H[name], choice[name], config, cache)
         deq = q.dequantize()
         _set_module(model, name, QuantLinear(q, w.shape[1], w.shape[0]))
         n_weights += q.n_weights
         n_bits += q.storage_bits()
-        err = {"weight_sqnr_db": round(sqnr_db(w, deq), 3), "hessian_rel_error": hessian_error(w, deq, H[name])}
+        err = {"weight_sqnr_db": round(sqnr_db(w, deq), 3), "hessian_rel_error": hessian_error(w, deq, H.pop(name))}
         if proxy_info.get("values"):
             err.update({k: round(v, 4) for k, v in proxy_info["values"][name].items()})
         layers.append(LayerReport(name, f"quantized-{choice[name].upper()}", q.storage_bits() / q.n_weights,

@@ -93,3 +93,33 @@ def test_pass_registration_round_trips_and_runs():
                      PassContext(workdir=__import__("pathlib").Path("/tmp"), calibration=CALIB))
     assert res.report.size_after_bytes < res.report.size_before_bytes
     assert res.artifact.meta["passes"] == ["rwkv-gptq"]
+
+
+@pytest.mark.parametrize("version", [6, 7])
+def test_calibration_stops_before_the_head_and_collects_the_same_hessians(version):
+    from edgesmith.compress.rwkvquant.rwkvquant import collect_calibration, linear_modules
+
+    m = tiny(version)
+    calls = []
+    handle = m.head.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        H, _ = collect_calibration(m, CALIB)
+    finally:
+        handle.remove()
+    # a 65,536-word head would cost more than every block together: it must never run
+    assert calls == []
+    x_in = {}
+
+    def keep(mod, args, name):
+        x_in[name] = args[0].reshape(-1, args[0].shape[-1])
+
+    hooks = [mod.register_forward_pre_hook(lambda mod, a, n=n: keep(mod, a, n)) for n, mod in linear_modules(m).items()]
+    with torch.no_grad():
+        m(torch.as_tensor(CALIB))
+    for h in hooks:
+        h.remove()
+    for name, x in x_in.items():
+        x = x.double()
+        torch.testing.assert_close(H[name], 2 * x.t() @ x / len(x))
+    # the model still runs its head afterwards (the stop is removed with the hooks)
+    assert m(torch.as_tensor(CALIB[:1]))[0].shape[-1] == m.cfg.vocab_size
