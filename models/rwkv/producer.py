@@ -65,8 +65,10 @@ class RWKVReference(Producer):
     def validation_windows(self) -> np.ndarray:
         """Windows of the validation split (stdlib files past the training cap: never trained on, never
         in the evaluation split), shaped like the evaluation windows; for choosing settings."""
-        tokens, _ = load_validation()
-        return sequences(tokens, self.eval_seq_len + 1, self.eval_sequences)
+        if not hasattr(self, "validation_windows_"):  # read once: evaluate runs per variant and runtime
+            tokens, _ = load_validation()
+            self.validation_windows_ = sequences(tokens, self.eval_seq_len + 1, self.eval_sequences)
+        return self.validation_windows_
 
     def evaluate(self, predict) -> Evaluation:
         """``predict``: int64 tokens (B, T) -> logits (B, T, 256). Perplexity on the evaluation split; the
