@@ -79,8 +79,7 @@ def _matmulnbits(node: onnx.NodeProto, q: SQTensor, prefix: str, accuracy_level:
 def _vq_gather(node: onnx.NodeProto, q: VQTensor, prefix: str):
     out, n_vec = q.indices.shape
     k = q.codebook_codes.shape[1]
-    group = (np.arange(n_vec) * q.dim) // q.group_cols
-    flat_idx = (group[None, :] * k + q.indices.numpy()).astype(np.int64)
+    flat_idx = (q.book_of().numpy() * k + q.indices.numpy()).astype(np.int64)
     cbs = q.codebooks().numpy().reshape(-1, q.dim).astype(np.float32)
     inits = [numpy_helper.from_array(cbs, prefix + "_codebooks"),
              numpy_helper.from_array(flat_idx.astype(np.int32 if cbs.shape[0] < 2**31 else np.int64), prefix + "_idx"),

@@ -1,107 +1,288 @@
-"""GPTVQ (van Baalen et al. 2024): vector quantization with GPTQ-style second-order error feedback.
+"""GPTVQ (van Baalen et al. 2024, "GPTVQ: The Blessing of Dimensionality for LLM Quantization").
 
-Weights are cut into ``dim``-long vectors along the input axis. Each group of ``group_cols`` input
-columns (all rows) gets its own codebook of 2**(bits*dim) centroids, fitted by k-means weighted
-by the Hessian importance of each coordinate (1 / [U]_jj^2, the inverse of the OBS error scale,
-U the upper Cholesky factor of H^-1), initialised by weighted k-means++ (seeded), and stored in 8
-bit. Then, ``dim`` columns at a time, each row picks the centroid nearest in that weighted metric,
-and the joint error of the ``dim`` columns is pushed onto the remaining columns:
-E = (W_b - Q_b) U_bb^-1;  W[:, rest] -= E U[b, rest]   (the block form of GPTQ's update).
+As the paper and its released code (Qualcomm-AI-research/gptvq, the settings of its result scripts) do it:
+
+- Weights are cut into ``dim``-long vectors along the input axis. The matrix is walked in column groups of
+  ``columns`` input columns (the paper: 256); when a column group starts, its codebooks are fitted on the
+  weights as the earlier groups' error feedback left them, one codebook per block of rows
+  (``group_size / columns`` rows, so each codebook serves about ``group_size`` weights), all of a column
+  group's codebooks at once.
+- A codebook has ``2**(bits*dim)`` centroids: Mahalanobis initialisation (the vectors sorted by their
+  Mahalanobis distance to their mean, centroids taken at evenly spaced ranks), then EM (k-means) weighted by
+  the Hessian importance of each coordinate, at most ``iters`` iterations (the paper: 100; this code also stops
+  once no assignment changes), then the codebook is stored in 8 bit.
+- Then, ``dim`` columns at a time, each row picks the nearest centroid of its codebook in the same weighted
+  metric, and the error is fed back GPTQ-style onto the columns not yet quantized, lazily per column group.
+- Codebook update (the paper's "M-step" after quantization): with the assignments fixed, the centroids are
+  moved to lower the layer's output error ``tr((W - Q) H (W - Q)^T)`` (conjugate gradient with exact line
+  search on this quadratic; the released code takes 25 Adam steps), and stored in 8 bit again; kept only if the
+  error fell.
+
+Where this code differs from the released one, deliberately: the importance weight of a coordinate is
+``1 / U_jj^2`` (U the upper Cholesky factor of H^-1: the scale of the quantization error GPTQ's update
+divides by), in both the EM and the lookups; the released code passes ``U_jj`` to the EM and ``1 / U_jj`` to
+the lookups. The error of a vector is fed back through the ``dim x dim`` block of U
+(``E = (W_b - Q_b) U_bb^-1``, the exact joint update) where the released code divides each column by its own
+``U_jj``. The codebook is stored as affine 8-bit codes with an fp16 scale and offset (the released code:
+symmetric 8-bit). Optional parts of the paper not built here: blockwise data normalisation and SVD
+compression of codebooks.
 """
 from __future__ import annotations
 
+import numba
+import numpy as np
 import torch
 
 from edgesmith.compress.rwkvquant.gptq import hessian_inverse_cholesky, prepare_hessian
-from edgesmith.compress.rwkvquant.tensors import VQTensor, dequantize_codebook, quantize_codebook
+from edgesmith.compress.rwkvquant.tensors import CODEBOOK_BITS, VQTensor
+
+COLUMNS = 256  # the paper's columns per group
 
 
-def weighted_kmeans(x: torch.Tensor, wt: torch.Tensor, k: int, iters: int, gen: torch.Generator) -> torch.Tensor:
-    """Centroids (k, d) minimising sum_n sum_c wt_nc (x_nc - C_{a(n),c})^2; x, wt: (n, d)."""
-    n, d = x.shape
-    k = min(k, n)
-    # weighted k-means++ seeding: deterministic given the generator
-    cent = [x[torch.randint(n, (1,), generator=gen)].squeeze(0)]
-    dist = ((x - cent[0]) ** 2 * wt).sum(1)
-    for _ in range(1, k):
-        p = dist.clamp(min=0)
-        idx = torch.multinomial(p / p.sum(), 1, generator=gen) if p.sum() > 0 else torch.randint(n, (1,), generator=gen)
-        cent.append(x[idx].squeeze(0))
-        dist = torch.minimum(dist, ((x - cent[-1]) ** 2 * wt).sum(1))
-    C = torch.stack(cent)
-    for _ in range(iters):
-        a = assign(x, wt, C)
-        num = torch.zeros(k, d, dtype=x.dtype).index_add_(0, a, x * wt)
-        den = torch.zeros(k, d, dtype=x.dtype).index_add_(0, a, wt)
-        upd = den > 0
-        newC = torch.where(upd, num / den.clamp(min=1e-30), C)
-        if torch.allclose(newC, C, rtol=0, atol=1e-10):
-            break
-        C = newC
-    return C
-
-
-def assign(x: torch.Tensor, wt: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
-    """Index of the nearest centroid for each row of x in the metric weighted by wt."""
-    x, wt, C = x.to(torch.float32), wt.to(torch.float32), C.to(torch.float32)
-    best = torch.full((x.shape[0],), float("inf"))
-    idx = torch.zeros(x.shape[0], dtype=torch.int64)
-    for c0 in range(0, C.shape[0], 64):  # chunks keep the (n, chunk, d) temporary small
-        d2 = (((x[:, None, :] - C[None, c0:c0 + 64, :]) ** 2) * wt[:, None, :]).sum(-1)
-        val, arg = d2.min(dim=1)
-        better = val < best
-        best = torch.where(better, val, best)
-        idx = torch.where(better, arg + c0, idx)
-    return idx
-
-
-def vq_group_cols(rows: int, n_in: int, dim: int, group_size: int) -> int:
-    """Columns per codebook (a multiple of ``dim``): the width whose codebook count is nearest to
-    rows * n_in / ``group_size`` (at least one codebook; a tie goes to fewer
-    codebooks, then to the narrowest width, which makes the groups the most even).
-
-    Choosing by codebook count keeps the codebook overhead of the whole matrix at its target:
-    rounding the width instead can leave a narrow last group that pays for a full codebook (at 4
-    bits a 128-wide matrix got 104 + 24 columns, two codebooks where 1.24 were budgeted).
-    """
+def vq_layout(rows: int, n_in: int, dim: int, group_size: int, columns: int = COLUMNS) -> tuple[int, int]:
+    """(columns, rows) of one codebook's block of weights: column groups of at most ``columns`` columns of
+    even width (a multiple of ``dim``), split into row blocks of even height so that the number of codebooks
+    is the nearest whole number to rows * n_in / ``group_size`` per column group (at least one). Even blocks
+    keep the codebook overhead at its target: a narrow last block would pay a full codebook."""
     n_vec = max(n_in // dim, 1)
-    budget = max(1.0, rows * n_in / group_size)
-    count = lambda c: -(-n_vec // c)  # noqa: E731
-    width = min(range(1, n_vec + 1), key=lambda c: (abs(count(c) - budget), count(c), c))  # narrowest: even groups
-    return min(width * dim, n_in)
+    n_col_groups = -(-n_in // max(columns, dim))
+    width = -(-n_vec // n_col_groups) * dim
+    n_row_groups = int(min(rows, max(1, round(rows * width / group_size))))
+    return min(width, n_in), -(-rows // n_row_groups)
+
+
+@numba.njit(cache=True)
+def _mahalanobis_init(x: np.ndarray, k: int) -> np.ndarray:
+    """k centroids (k, d) of the vectors x (n, d): the vectors at evenly spaced ranks of Mahalanobis distance."""
+    n, d = x.shape
+    mu = np.zeros(d)
+    for i in range(n):
+        for c in range(d):
+            mu[c] += x[i, c]
+    mu /= max(n, 1)
+    xc = np.empty((n, d))
+    for i in range(n):
+        for c in range(d):
+            xc[i, c] = x[i, c] - mu[c]
+    sigma = np.zeros((d, d))
+    for i in range(n):
+        for a in range(d):
+            for b in range(d):
+                sigma[a, b] += xc[i, a] * xc[i, b]
+    ridge = 1e-12 * (np.trace(sigma) + 1e-30)  # constant or collinear vectors: a tiny ridge keeps it invertible
+    lam = np.linalg.inv(sigma + ridge * np.eye(d))
+    dist = np.empty(n)
+    for i in range(n):
+        s = 0.0
+        for a in range(d):
+            for b in range(d):
+                s += xc[i, a] * lam[a, b] * xc[i, b]
+        dist[i] = s
+    order = np.argsort(dist, kind="mergesort")
+    out = np.empty((k, d))
+    for j in range(k):
+        pick = order[int(np.rint(j * (n - 1) / max(k - 1, 1)))] if n > 0 else 0
+        for c in range(d):
+            out[j, c] = x[pick, c]
+    return out
+
+
+@numba.njit(parallel=True, cache=True)
+def _fit_codebooks(x: np.ndarray, wt: np.ndarray, starts: np.ndarray, k: int, iters: int) -> tuple:
+    """Codebooks (G, d, k) and iterations run per codebook, for the vectors x[starts[g]:starts[g+1]] (n, d),
+    each coordinate weighted by wt (n, d): Mahalanobis initialisation, then weighted EM until no assignment
+    changes or ``iters`` iterations. Codebooks are independent: the parallel loop is deterministic."""
+    n_groups = starts.shape[0] - 1
+    d = x.shape[1]
+    cbs = np.empty((n_groups, d, k))
+    ran = np.zeros(n_groups, np.int64)
+    for g in numba.prange(n_groups):
+        a, b = starts[g], starts[g + 1]
+        init = _mahalanobis_init(x[a:b], k)
+        cb = np.empty((d, k))
+        for j in range(k):
+            for c in range(d):
+                cb[c, j] = init[j, c]
+        assign = np.full(b - a, -1, np.int64)
+        dist = np.empty(k)
+        num = np.empty((d, k))
+        den = np.empty((d, k))
+        for it in range(iters):
+            changed = 0
+            for i in range(a, b):
+                dist[:] = 0.0
+                for c in range(d):
+                    xv, wv = x[i, c], wt[i, c]
+                    for j in range(k):
+                        t = xv - cb[c, j]
+                        dist[j] += wv * t * t
+                best = 0
+                for j in range(1, k):
+                    if dist[j] < dist[best]:
+                        best = j
+                if assign[i - a] != best:
+                    assign[i - a] = best
+                    changed += 1
+            if changed == 0:
+                break
+            ran[g] = it + 1
+            num[:] = 0.0
+            den[:] = 0.0
+            for i in range(a, b):
+                j = assign[i - a]
+                for c in range(d):
+                    num[c, j] += wt[i, c] * x[i, c]
+                    den[c, j] += wt[i, c]
+            for c in range(d):
+                for j in range(k):
+                    if den[c, j] > 0:
+                        cb[c, j] = num[c, j] / den[c, j]
+        cbs[g] = cb
+    return cbs, ran
+
+
+@numba.njit(parallel=True, cache=True)
+def _quantize_columns(wb: np.ndarray, ub: np.ndarray, imp: np.ndarray, cbs: np.ndarray, book: np.ndarray,
+                      err: np.ndarray, idx: np.ndarray) -> None:
+    """One column group, ``dim`` columns at a time: each row takes the nearest centroid of its codebook
+    ``cbs[book[r]]`` (d, k) in the metric ``imp``, the error ``e = (w - q) U_bb^-1`` (``U_bb`` the d x d
+    diagonal block of ``ub``, upper triangular: solved by substitution) goes onto the row's later columns,
+    ``wb`` ends quantized, ``err`` holds e.
+    Rows never touch each other in GPTQ's update, so the parallel loop over rows is deterministic."""
+    rows, width = wb.shape
+    d, k = cbs.shape[1], cbs.shape[2]
+    for r in numba.prange(rows):
+        cb = cbs[book[r]]
+        dist = np.empty(k)
+        e = np.empty(d)
+        for j in range(0, width, d):
+            dist[:] = 0.0
+            for c in range(d):
+                xv, wv = wb[r, j + c], imp[j + c]
+                for m in range(k):
+                    t = xv - cb[c, m]
+                    dist[m] += wv * t * t
+            best = 0
+            for m in range(1, k):
+                if dist[m] < dist[best]:
+                    best = m
+            idx[r, j // d] = best
+            for c in range(d):  # e U_bb = w - q, U_bb upper triangular
+                s = wb[r, j + c] - cb[c, best]
+                for t in range(c):
+                    s -= e[t] * ub[j + t, j + c]
+                e[c] = s / ub[j + c, j + c]
+            for c in range(d):
+                err[r, j + c] = e[c]
+                wb[r, j + c] = cb[c, best]
+            for col in range(j + d, width):
+                s = 0.0
+                for t in range(d):
+                    s += e[t] * ub[j + t, col]
+                wb[r, col] -= s
+
+
+def quantize_codebooks(cbs: torch.Tensor, bits: int = CODEBOOK_BITS):
+    """Affine ``bits``-bit codes of each codebook (G, k, d): (codes uint8, fp16 scales (G,), fp16 offsets (G,))."""
+    flat = cbs.reshape(cbs.shape[0], -1).to(torch.float32)
+    lo, hi = flat.min(1).values, flat.max(1).values
+    scale = torch.clamp((hi - lo) / (2**bits - 1), min=1e-8).to(torch.float16)
+    lo16 = lo.to(torch.float16)
+    s, o = scale.to(torch.float32)[:, None], lo16.to(torch.float32)[:, None]
+    codes = torch.clamp(torch.round((flat - o) / s), 0, 2**bits - 1).to(torch.uint8)
+    return codes.reshape(cbs.shape), scale, lo16
+
+
+def _dequantize_codebooks(codes, scale, lo) -> torch.Tensor:
+    return codes.to(torch.float32) * scale.to(torch.float32)[:, None, None] + lo.to(torch.float32)[:, None, None]
+
+
+def _output_error(w0: torch.Tensor, q: torch.Tensor, H: torch.Tensor) -> float:
+    r = q - w0
+    return float(((r @ H) * r).sum())
+
+
+def update_codebooks(q: VQTensor, w0: torch.Tensor, H: torch.Tensor, steps: int) -> tuple[VQTensor, dict]:
+    """The paper's codebook update: centroids moved, assignments fixed, to lower tr((W0 - Q) H (W0 - Q)^T)
+    (``steps`` conjugate-gradient steps with exact line search; the error is quadratic in the centroids),
+    stored in 8 bit again; the new codebooks are kept only if the stored ones lower the error."""
+    w0, H = w0.to(torch.float32), H.to(torch.float32)  # fp32: the products with H are the cost
+    book = q.book_of().reshape(-1)  # codebook of each stored vector, row-major
+    flat_idx = book * q.codebook_codes.shape[1] + q.indices.reshape(-1)
+    n_books, k, d = q.codebook_codes.shape
+    out, n_in = w0.shape
+
+    def gather(c: torch.Tensor) -> torch.Tensor:
+        return c.reshape(-1, d)[flat_idx].reshape(out, n_in)
+
+    def scatter(g: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(n_books * k, d, dtype=g.dtype).index_add_(0, flat_idx, g.reshape(-1, d)).reshape(n_books, k, d)
+
+    cb = q.codebooks()
+    before = _output_error(w0, gather(cb), H)
+    r = gather(cb) - w0
+    rh = r @ H
+    grad = scatter(2 * rh)
+    p, prev = -grad, None
+    for _ in range(steps):
+        dq = gather(p)
+        dqh = dq @ H
+        curv = float((dqh * dq).sum())
+        slope = float((grad * p).sum())
+        if curv <= 0 or slope >= 0:
+            break
+        alpha = -slope / (2 * curv)
+        cb, rh = cb + alpha * p, rh + alpha * dqh
+        prev, grad = grad, scatter(2 * rh)
+        beta = max(0.0, float((grad * (grad - prev)).sum()) / max(float((prev * prev).sum()), 1e-300))
+        p = -grad + beta * p
+    codes, scale, lo = quantize_codebooks(cb)
+    after = _output_error(w0, gather(_dequantize_codebooks(codes, scale, lo)), H)
+    info = {"error_before": before, "error_after": min(before, after), "kept": after < before}
+    if after >= before:
+        return q, info
+    return VQTensor(q.indices, codes, scale, lo, q.bits, q.dim, q.group_cols, q.group_rows), info
 
 
 def gptvq_quantize(w: torch.Tensor, H: torch.Tensor, bits: int, *, dim: int = 2, group_size: int = 4096,
-                   damp: float = 0.01, iters: int = 50, seed: int = 0) -> VQTensor:
-    """GPTVQ of a (out, in) weight; ``bits`` index bits per weight (2**(bits*dim) centroids per codebook)."""
+                   columns: int = COLUMNS, damp: float = 0.01, iters: int = 100,
+                   codebook_update_steps: int = 10) -> VQTensor:
+    """GPTVQ of a (out, in) weight with the (in, in) input Hessian; ``bits`` index bits per weight
+    (2**(bits*dim) centroids per codebook), about ``group_size`` weights per codebook (see the module)."""
     out, n_in = w.shape
     if n_in % dim:
         raise ValueError(f"input width {n_in} is not a multiple of the VQ dimension {dim}")
-    W, H = prepare_hessian(w, H, damp)
-    U = hessian_inverse_cholesky(H)
-    imp = 1.0 / torch.diag(U) ** 2
+    W0, H0 = prepare_hessian(w, H, 0.0)  # the output error the codebook update lowers: undamped H
+    W, Hd = prepare_hessian(w, H, damp)
+    U = hessian_inverse_cholesky(Hd)
+    del Hd
+    imp = (1.0 / torch.diag(U) ** 2).numpy()
     k = 2 ** (bits * dim)
-    gc = vq_group_cols(out, n_in, dim, group_size)
-    gen = torch.Generator().manual_seed(seed)
+    gc, gr = vq_layout(out, n_in, dim, group_size, columns)
+    n_row_books = -(-out // gr)
+    book = np.arange(out) // gr  # the codebook (within a column group) of each row
     indices = torch.zeros(out, n_in // dim, dtype=torch.int64)
-    cb_codes, cb_scale, cb_off = [], [], []
+    codes_all, scale_all, lo_all = [], [], []
     for g0 in range(0, n_in, gc):
         g1 = min(g0 + gc, n_in)
-        x = W[:, g0:g1].reshape(-1, dim).to(torch.float32)
-        wt = imp[g0:g1].repeat(out).reshape(-1, dim).to(torch.float32)
-        C = weighted_kmeans(x, wt, k, iters, gen)
-        if C.shape[0] < k:  # fewer vectors than centroids: pad with copies (never chosen twice)
-            C = torch.cat([C, C[:1].expand(k - C.shape[0], -1)])
-        codes, s, o = quantize_codebook(C.to(torch.float32))
-        cb_codes.append(codes), cb_scale.append(s), cb_off.append(o)
-        Cq = dequantize_codebook(codes, s, o).to(torch.float64)
-        for j in range(g0, g1, dim):
-            blk = W[:, j:j + dim]
-            a = assign(blk, imp[j:j + dim].expand(out, -1), Cq)
-            Q = Cq[a]
-            indices[:, j // dim] = a
-            E = torch.linalg.solve_triangular(U[j:j + dim, j:j + dim], blk - Q, upper=True, left=False)
-            W[:, j + dim:] -= E @ U[j:j + dim, j + dim:]
-            W[:, j:j + dim] = Q
-    return VQTensor(indices, torch.stack(cb_codes), torch.cat(cb_scale).to(torch.float16),
-                    torch.cat(cb_off).to(torch.float16), bits, dim, gc)
+        nv = (g1 - g0) // dim
+        Wb, Ub = W[:, g0:g1].clone(), U[g0:g1, g0:g1]
+        x = Wb.numpy().reshape(out * nv, dim)  # row-major: a row block's vectors are one contiguous run
+        wt = np.tile(imp[g0:g1].reshape(nv, dim), (out, 1))
+        starts = np.minimum(np.arange(n_row_books + 1) * gr, out) * nv
+        cbs, _ = _fit_codebooks(x, wt, starts.astype(np.int64), k, iters)
+        codes, scale, lo = quantize_codebooks(torch.from_numpy(cbs).transpose(1, 2))
+        codes_all.append(codes), scale_all.append(scale), lo_all.append(lo)
+        cq = _dequantize_codebooks(codes, scale, lo).to(torch.float64)  # (books, k, d)
+        cq_t = np.ascontiguousarray(cq.transpose(1, 2).numpy())
+        wb, err = np.ascontiguousarray(Wb.numpy()), np.zeros((out, g1 - g0))
+        idx = np.zeros((out, nv), np.int64)
+        _quantize_columns(wb, np.ascontiguousarray(Ub.numpy()), np.ascontiguousarray(imp[g0:g1]), cq_t, book, err, idx)
+        indices[:, g0 // dim:g1 // dim] = torch.from_numpy(idx)
+        Wb, Err = torch.from_numpy(wb), torch.from_numpy(err)
+        W[:, g0:g1] = Wb
+        W[:, g1:] -= Err @ U[g0:g1, g1:]
+    q = VQTensor(indices, torch.cat(codes_all), torch.cat(scale_all), torch.cat(lo_all), bits, dim, gc, gr)
+    if codebook_update_steps > 0:
+        q, _ = update_codebooks(q, W0, H0, codebook_update_steps)
+    return q

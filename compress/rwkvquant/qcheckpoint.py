@@ -44,7 +44,7 @@ def _encode_q(q) -> dict:
                 "zshape": list(q.zeros.shape), "codes": _packed(q.codes, q.bits), "scales": q.scales.clone(),
                 "zeros": _packed(q.zeros, q.bits)}
     if isinstance(q, VQTensor):
-        return {"kind": "vq", "bits": q.bits, "dim": q.dim, "group_cols": q.group_cols,
+        return {"kind": "vq", "bits": q.bits, "dim": q.dim, "group_cols": q.group_cols, "group_rows": q.group_rows,
                 "shape": list(q.indices.shape), "indices": _packed(q.indices, q.bits * q.dim),
                 "cb_shape": list(q.codebook_codes.shape), "cb_codes": q.codebook_codes.clone(),
                 "cb_scale": q.codebook_scale.clone(), "cb_offset": q.codebook_offset.clone()}
@@ -57,7 +57,7 @@ def _decode_q(d: dict):
                         _unpacked(d["zeros"], d["bits"], d["zshape"]).to(torch.uint8), d["bits"], d["group_size"])
     if d["kind"] == "vq":
         return VQTensor(_unpacked(d["indices"], d["bits"] * d["dim"], d["shape"]), d["cb_codes"], d["cb_scale"],
-                        d["cb_offset"], d["bits"], d["dim"], d["group_cols"])
+                        d["cb_offset"], d["bits"], d["dim"], d["group_cols"], d.get("group_rows"))
     raise EdgesmithError(f"quantized layer kind {d['kind']!r} is unknown.", "re-create the file with this version.")
 
 

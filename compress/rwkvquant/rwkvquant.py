@@ -55,6 +55,8 @@ SHIFT_VECTORS = {6: {"att": ("time_maa_x", "time_maa_w", "time_maa_k", "time_maa
 class RWKVQuantBase(PassConfig):
     """Shared options. ``bits``: SQ code bits, and VQ index bits per weight. ``group_size``: SQ group.
     ``vq_dim``: VQ vector length. ``vq_group_size``: weights per VQ codebook (0 = match SQ overhead).
+    ``vq_columns``: columns per GPTVQ column group (the paper's 256). ``kmeans_iters``: GPTVQ's EM iterations at
+    most (the paper's 100). ``codebook_update_steps``: GPTVQ's codebook update after quantization (0 = off).
     ``sq_percentile``: RWKVQuant threshold percentile (share of layers that tends to get SQ).
     ``proxy``: "paper" (P_c and P_f) or "max-rms" (released code's default, an ablation).
     ``quantize_vectors``: codebook-quantize the multiplication vectors (every method; False keeps them fp).
@@ -70,6 +72,7 @@ class RWKVQuantBase(PassConfig):
     group_size: int = 64
     vq_dim: int = 2
     vq_group_size: int = 0
+    vq_columns: int = 256
     sq_percentile: float = 90.0
     proxy: str = "paper"
     max_rms_threshold: float = 8.0
@@ -77,14 +80,16 @@ class RWKVQuantBase(PassConfig):
     quantize_vectors: bool = True
     n_calibration: int = 64
     damp: float = 0.01
-    kmeans_iters: int = 30
+    kmeans_iters: int = 100
+    codebook_update_steps: int = 10
     seed: int = 0
     act_order: bool = False
     static_groups: bool = False
 
     def validate(self) -> None:
         ints = {"bits": (2, 8), "group_size": (8, 4096), "vq_dim": (1, 4), "vq_group_size": (0, 10**7),
-                "vector_bits": (1, 8), "n_calibration": (1, 10**6), "kmeans_iters": (1, 1000), "seed": (0, 2**31)}
+                "vector_bits": (1, 8), "n_calibration": (1, 10**6), "kmeans_iters": (1, 1000), "seed": (0, 2**31),
+                "vq_columns": (1, 1 << 20), "codebook_update_steps": (0, 1000)}
         for name, (lo, hi) in ints.items():
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
@@ -266,7 +271,7 @@ def quantize_matrix(name: str, w: torch.Tensor, H: torch.Tensor, choice: str, co
     if choice == "vq":
         label = "gptvq"
         key = (name, label, config.bits, config.vq_dim, config.vq_weights_per_codebook(), config.damp,
-               config.kmeans_iters, config.seed)
+               config.vq_columns, config.kmeans_iters, config.codebook_update_steps)
     else:
         label = "rtn" if config.method == "rtn" else config.gptq_label()
         key = (name, label, config.bits, config.group_size, config.damp)
@@ -274,7 +279,8 @@ def quantize_matrix(name: str, w: torch.Tensor, H: torch.Tensor, choice: str, co
         return cache[key], label
     if label == "gptvq":
         q = gptvq_quantize(w, H, config.bits, dim=config.vq_dim, group_size=config.vq_weights_per_codebook(),
-                           damp=config.damp, iters=config.kmeans_iters, seed=config.seed)
+                           columns=config.vq_columns, damp=config.damp, iters=config.kmeans_iters,
+                           codebook_update_steps=config.codebook_update_steps)
     elif label == "rtn":
         q = rtn_quantize(w, config.bits, config.group_size)
     else:

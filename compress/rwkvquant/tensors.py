@@ -5,9 +5,10 @@ Three stored forms, each a dataclass of plain tensors so it saves and reloads bi
 - ``SQTensor``: group-wise scalar codes (RTN, GPTQ). ``bits``-bit codes, per (row, group) an fp16
   scale and a ``bits``-bit integer zero point: w = (q - z) * s. Integer zero points keep the
   layout that onnxruntime's MatMulNBits runs.
-- ``VQTensor``: ``dim``-dimensional vector codes (GPTVQ). Each group of ``group_cols`` input columns
-  has a codebook of ``2**(bits*dim)`` centroids stored as 8-bit codes with an fp16 scale and
-  offset; each row's ``dim`` consecutive weights are one index.
+- ``VQTensor``: ``dim``-dimensional vector codes (GPTVQ). Each block of ``group_rows`` rows x
+  ``group_cols`` input columns has a codebook of ``2**(bits*dim)`` centroids stored as 8-bit codes with
+  an fp16 scale and offset; each row's ``dim`` consecutive weights are one index. Codebooks are numbered
+  column block by column block, row blocks within (``book_of``).
 - ``VecCodebook``: a 1-D codebook for a per-channel vector (RWKVQuant's element-wise
   multiplication vectors): ``bits``-bit indices into 2**bits centroids, codebook stored in 8 bit.
 
@@ -78,8 +79,17 @@ class VQTensor:
     bits: int  # index bits per weight: K = 2**(bits*dim)
     dim: int
     group_cols: int
+    group_rows: int | None = None  # None: one codebook spans all rows (files written before row blocks)
 
     kind = "vq"
+
+    def book_of(self) -> torch.Tensor:
+        """(out, in // dim) index of the codebook of every stored vector."""
+        out, n_vec = self.indices.shape
+        rows = self.group_rows or out
+        col_block = (torch.arange(n_vec, device=self.indices.device) * self.dim) // self.group_cols
+        row_block = torch.arange(out, device=self.indices.device) // rows
+        return col_block[None, :] * (-(-out // rows)) + row_block[:, None]
 
     def codebooks(self) -> torch.Tensor:
         return (self.codebook_codes.to(torch.float32) * self.codebook_scale.to(torch.float32)[:, None, None]
@@ -87,9 +97,7 @@ class VQTensor:
 
     def dequantize(self) -> torch.Tensor:
         out, n_vec = self.indices.shape
-        cbs = self.codebooks()
-        group_of_vec = (torch.arange(n_vec, device=self.indices.device) * self.dim) // self.group_cols
-        w = cbs[group_of_vec.unsqueeze(0).expand(out, -1), self.indices]  # (out, n_vec, dim)
+        w = self.codebooks()[self.book_of(), self.indices]  # (out, n_vec, dim)
         return w.reshape(out, n_vec * self.dim)
 
     def storage_bits(self) -> int:

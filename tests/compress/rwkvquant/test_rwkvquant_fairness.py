@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from edgesmith.compress.rwkvquant import make_config, quantize_rwkv
-from edgesmith.compress.rwkvquant.gptvq import vq_group_cols
+from edgesmith.compress.rwkvquant.gptvq import vq_layout
 from edgesmith.compress.rwkvquant.rwkvquant import SHIFT_VECTORS, linear_modules
 from edgesmith.compress.rwkvquant.tensors import CODEBOOK_BITS, FP16_BITS
 from edgesmith.common import EdgesmithError
@@ -75,17 +75,17 @@ def test_every_method_treats_the_multiplication_vectors_alike(method):
 
 @pytest.mark.parametrize("bits", [3, 4])
 def test_vq_matrices_cost_about_the_bits_of_sq_ones_for_the_reference_shapes(bits):
-    # the bug: rounding the group width left a narrow last group paying a full codebook
-    # (4-bit 128x128: 104 + 24 columns, 4.50 bpw against SQ's 4.31)
+    # the old bug: a narrow last group paying a full codebook (4-bit 128x128: 104 + 24 columns, 4.50 bpw
+    # against SQ's 4.31); blocks are now even and their number per column group is the nearest to the budget
     cfg = make_config("gptvq", bits=bits)
     target, sq_bpw = cfg.vq_weights_per_codebook(), bits + cfg.sq_overhead_bits()
     cb_bits = 2 ** (bits * 2) * 2 * CODEBOOK_BITS + 2 * FP16_BITS
-    for rows, n_in in ((128, 128), (448, 128), (128, 448), (512, 128), (128, 512)):
-        n_groups = -(-n_in // vq_group_cols(rows, n_in, 2, target))
-        achievable = {-(-n_in // (2 * c)) for c in range(1, n_in // 2 + 1)}
-        assert abs(n_groups - rows * n_in / target) == min(abs(g - rows * n_in / target) for g in achievable)
-        assert abs(bits + n_groups * cb_bits / (rows * n_in) - sq_bpw) < 0.1
-    assert vq_group_cols(128, 128, 2, make_config("gptvq", bits=4).vq_weights_per_codebook()) == 128
+    for rows, n_in in ((128, 128), (448, 128), (128, 448), (512, 128), (128, 512), (3072, 768), (768, 3072)):
+        width, height = vq_layout(rows, n_in, 2, target, cfg.vq_columns)
+        n_col, n_row = -(-n_in // width), -(-rows // height)
+        assert abs(n_row - max(1.0, rows * width / target)) < 1.5  # rounded, and even heights may drop one
+        assert abs(bits + n_col * n_row * cb_bits / (rows * n_in) - sq_bpw) < 0.1
+    assert vq_layout(128, 128, 2, make_config("gptvq", bits=4).vq_weights_per_codebook()) == (128, 128)
 
 
 def test_validation_split_is_disjoint_from_training_and_evaluation_files_and_deterministic():

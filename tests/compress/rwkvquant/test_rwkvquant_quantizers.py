@@ -7,7 +7,7 @@ import torch
 
 from edgesmith.compress.rwkvquant.codebook import optimise_codebook, weighted_error
 from edgesmith.compress.rwkvquant.gptq import gptq_quantize
-from edgesmith.compress.rwkvquant.gptvq import gptvq_quantize
+from edgesmith.compress.rwkvquant.gptvq import _fit_codebooks, _quantize_columns, gptvq_quantize, update_codebooks, vq_layout
 from edgesmith.compress.rwkvquant.proxies import coarse_proxy, decide, fine_proxy, max_over_rms
 from edgesmith.compress.rwkvquant.rtn import rtn_quantize
 from edgesmith.compress.rwkvquant.rwkvquant import hessian_error
@@ -49,13 +49,71 @@ def test_gptq_beats_rtn_on_output_error_and_uses_the_same_bits(layer):
 def test_gptvq_bits_count_indices_and_8bit_codebooks(layer):
     w, H = layer
     q = gptvq_quantize(w, H, 2, dim=2, group_size=48 * 16, iters=10)
-    n_groups = 64 // q.group_cols
-    assert q.group_cols == 16 and q.codebook_codes.shape == (n_groups, 16, 2)
-    assert q.storage_bits() == 48 * 32 * 4 + n_groups * (16 * 2 * 8 + 32)
-    # every dequantized vector is one of its group's codebook entries
-    cb = q.codebooks()
+    # 64 columns (< the paper's 256) form one column group; 48 x 64 / 768 = 4 codebooks of 12 rows each
+    assert (q.group_cols, q.group_rows) == (64, 12) and q.codebook_codes.shape == (4, 16, 2)
+    assert q.storage_bits() == 48 * 32 * 4 + 4 * (16 * 2 * 8 + 32)
+    # every dequantized vector is an entry of its own row block's codebook
+    cb, book = q.codebooks(), q.book_of()
     deq = q.dequantize().reshape(48, 32, 2)
-    assert torch.equal(deq[:, 0], cb[0][q.indices[:, 0]])
+    assert torch.equal(book[:, 0], torch.arange(48) // 12)
+    assert torch.equal(deq, cb[book, q.indices])
+
+
+def test_vq_layout_is_the_papers_column_groups_with_even_row_blocks():
+    assert vq_layout(3072, 768, 2, 3557) == (256, 14)  # 256 columns, 3072 * 256 / 3557 = 221 blocks of 14 rows
+    assert vq_layout(768, 3072, 2, 13210) == (256, 52)
+    assert vq_layout(128, 128, 2, 13210) == (128, 128)  # one codebook: 1.24 budgeted, a second would be 0.24 full
+    assert vq_layout(128, 300, 2, 4096) == (150, 26)  # 300 columns: two even groups of 150, not 256 + 44; 5 row blocks
+
+
+def test_gptvq_column_loop_matches_a_transcription_of_the_joint_update():
+    # the Numba loop against the update written out in torch: nearest weighted centroid of the row's codebook,
+    # E = (W_b - Q_b) U_bb^-1, W[:, later] -= E U[b, later]
+    g = torch.Generator().manual_seed(3)
+    rows, width, d, k = 10, 8, 2, 4
+    wb = torch.randn(rows, width, generator=g, dtype=torch.float64)
+    ub = torch.triu(torch.randn(width, width, generator=g, dtype=torch.float64)) + 3 * torch.eye(width, dtype=torch.float64)
+    imp = torch.rand(width, generator=g, dtype=torch.float64) + 0.5
+    cbs = torch.randn(2, d, k, generator=g, dtype=torch.float64)
+    book = np.arange(rows) // 5
+    ref, ref_idx = wb.clone(), torch.zeros(rows, width // d, dtype=torch.int64)
+    for j in range(0, width, d):
+        c = cbs[torch.from_numpy(book)]  # (rows, d, k)
+        dist = ((ref[:, j:j + d, None] - c) ** 2 * imp[j:j + d, None]).sum(1)
+        a = dist.argmin(1)
+        q = c[torch.arange(rows), :, a]
+        e = torch.linalg.solve_triangular(ub[j:j + d, j:j + d], ref[:, j:j + d] - q, upper=True, left=False)
+        ref[:, j + d:] -= e @ ub[j:j + d, j + d:]
+        ref[:, j:j + d], ref_idx[:, j // d] = q, a
+    out, err, idx = wb.numpy().copy(), np.zeros((rows, width)), np.zeros((rows, width // d), np.int64)
+    _quantize_columns(out, ub.numpy(), imp.numpy(), cbs.numpy(), book, err, idx)
+    assert np.array_equal(idx, ref_idx.numpy())
+    np.testing.assert_allclose(out, ref.numpy(), rtol=0, atol=1e-12)
+
+
+def test_gptvq_codebooks_recover_separated_clusters_and_weighted_means():
+    g = np.random.default_rng(0)
+    centers = np.array([[-3.0, 0.0], [3.0, 0.0], [0.0, 3.0], [0.0, -3.0]])
+    x = np.concatenate([c + 0.05 * g.standard_normal((200, 2)) for c in centers])
+    wt = g.uniform(0.5, 2.0, x.shape)
+    cbs, ran = _fit_codebooks(x, wt, np.array([0, len(x)], np.int64), 4, 100)
+    found = cbs[0].T  # (k, d)
+    assert ran[0] < 100  # stopped because no assignment changed
+    for c in centers:
+        j = np.argmin(((found - c) ** 2).sum(1))
+        members = np.argmin((((x[:, None] - found[None]) ** 2) * wt[:, None]).sum(2), 1) == j
+        np.testing.assert_allclose(found[j], (wt[members] * x[members]).sum(0) / wt[members].sum(0), atol=1e-9)
+        assert np.abs(found[j] - c).max() < 0.05
+
+
+def test_gptvq_codebook_update_lowers_the_output_error_and_keeps_assignments(layer):
+    w, H = layer
+    plain = gptvq_quantize(w, H, 2, dim=2, group_size=768, iters=20, codebook_update_steps=0)
+    new, info = update_codebooks(plain, w, H, steps=10)
+    assert info["kept"] and info["error_after"] < info["error_before"]
+    assert torch.equal(new.indices, plain.indices)
+    assert hessian_error(w, new.dequantize(), H) < hessian_error(w, plain.dequantize(), H)
+    assert new.storage_bits() == plain.storage_bits()
 
 
 def test_gptvq_output_error_is_below_rtn_at_similar_bits(layer):
