@@ -50,6 +50,11 @@ COSTS = (("size_bytes", "size (bytes)"), ("latency_s", "batch-1 p50 latency (s)"
          ("energy_j", "energy per sample (J)"))
 
 
+def threads_per_cell(settings: dict) -> int:
+    """Threads each cell deploys with: the recipe's ``threads_per_cell``, 1 when unset or 0."""
+    return settings.get("threads_per_cell") or 1
+
+
 @dataclass
 class Cell:
     """One deploy of the sweep: ``params`` are its grid values (for tables), ``spec`` its whole deploy table."""
@@ -124,7 +129,7 @@ def load_sweep(path: str | os.PathLike) -> tuple[dict, list[Cell]]:
                 if not spec.get(k):
                     raise EdgesmithError(f"{where}: no {k}.", f"set {k} at the top level, in [grid] or in each [[cell]].")
             cells.append(Cell(len(cells), params, _absolute_paths(spec)))
-    threads = settings.get("threads_per_cell") or 1
+    threads = threads_per_cell(settings)
     for c in cells:  # the threads a cell is measured with are part of what it is (and of its key)
         c.spec.setdefault("threads", threads)
         _check_cell(c.spec)
@@ -296,7 +301,7 @@ def run_sweep(recipe: str | os.PathLike, out: str | os.PathLike | None = None, *
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
         raise EdgesmithError(f"workers is {workers!r}.", "use a whole number >= 0 (0: one per core).")
     workers = workers or cores
-    threads = settings.get("threads_per_cell") or 1
+    threads = threads_per_cell(settings)
     _prepare_out(out)
     records, todo = {}, []
     for c in cells:

@@ -26,7 +26,6 @@ class RWKVReference(Producer):
     vocab_size = 256  # byte-level
     seq_len: int = 128
     eval_seq_len: int = 256
-    eval_sequences: int = 64
 
     def __init__(self, seed: int = 0, eval_sequences: int = 64, validation: bool = False):
         super().__init__(seed=seed)

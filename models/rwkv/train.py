@@ -51,13 +51,15 @@ def reference_paths(version: int, weights_dir: Path = WEIGHTS_DIR) -> tuple[Path
 def window_nll(forward, windows: np.ndarray, batch: int = 16) -> np.ndarray:
     """Mean next-byte cross-entropy (nats) of each window under ``forward`` (tokens (B, T) -> logits
     (B, T, V)): paired per-window differences give a standard error when two models are compared."""
+    from edgesmith.models.metrics import token_nll
+
     out = []
     for i in range(0, len(windows), batch):
-        x = torch.from_numpy(np.ascontiguousarray(windows[i:i + batch]))
-        logits = torch.as_tensor(np.asarray(forward(x[:, :-1])))
-        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x[:, 1:].reshape(-1), reduction="none")
-        out.append(nll.reshape(len(x), -1).double().mean(1))
-    return torch.cat(out).numpy()
+        x = np.ascontiguousarray(windows[i:i + batch])
+        logits = forward(torch.from_numpy(x[:, :-1]))
+        logits = logits.detach().numpy() if isinstance(logits, torch.Tensor) else np.asarray(logits)
+        out.append(token_nll(logits, x[:, 1:].astype(np.int64)).mean(1))
+    return np.concatenate(out)
 
 
 def perplexity(forward, windows: np.ndarray, batch: int = 16) -> float:
