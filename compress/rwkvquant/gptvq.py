@@ -104,17 +104,18 @@ def _fit_codebooks(x: np.ndarray, wt: np.ndarray, starts: np.ndarray, k: int, it
             for c in range(d):
                 cb[c, j] = init[j, c]
         assign = np.full(b - a, -1, np.int64)
-        dist = np.empty(k)
+        dist = np.empty(k, np.float32)  # the E-step in float32: twice the SIMD lanes; sums stay float64
         num = np.empty((d, k))
         den = np.empty((d, k))
         for it in range(iters):
             changed = 0
+            cb32 = cb.astype(np.float32)
             for i in range(a, b):
                 dist[:] = 0.0
                 for c in range(d):
-                    xv, wv = x[i, c], wt[i, c]
+                    xv, wv = np.float32(x[i, c]), np.float32(wt[i, c])
                     for j in range(k):
-                        t = xv - cb[c, j]
+                        t = xv - cb32[c, j]
                         dist[j] += wv * t * t
                 best = 0
                 for j in range(1, k):
@@ -246,7 +247,7 @@ def update_codebooks(q: VQTensor, w0: torch.Tensor, H: torch.Tensor, steps: int)
 
 def gptvq_quantize(w: torch.Tensor, H: torch.Tensor, bits: int, *, dim: int = 2, group_size: int = 4096,
                    columns: int = COLUMNS, damp: float = 0.01, iters: int = 100,
-                   codebook_update_steps: int = 10) -> VQTensor:
+                   codebook_update_steps: int = 5) -> VQTensor:
     """GPTVQ of a (out, in) weight with the (in, in) input Hessian; ``bits`` index bits per weight
     (2**(bits*dim) centroids per codebook), about ``group_size`` weights per codebook (see the module)."""
     out, n_in = w.shape

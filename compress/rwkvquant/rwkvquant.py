@@ -81,7 +81,7 @@ class RWKVQuantBase(PassConfig):
     n_calibration: int = 64
     damp: float = 0.01
     kmeans_iters: int = 100
-    codebook_update_steps: int = 10
+    codebook_update_steps: int = 5
     seed: int = 0
     act_order: bool = False
     static_groups: bool = False
