@@ -18,7 +18,7 @@ class StreamOptions(KindOptions):
     sparsity: float = option(0.9, "unstructured weight sparsity of the pruned variants")
     prune_epochs: int = option(10, "fine-tuning epochs while pruning (cubic schedule)")
     prune_end: float = option(0.6, "share of pruning fine-tuning after which the final sparsity is reached")
-    qat_epochs: int = option(10, "quantization-aware fine-tuning epochs before the fixed-point conversion")
+    qat_epochs: int = option(30, "quantization-aware fine-tuning epochs before the fixed-point conversion")
 
     def validate(self) -> None:
         if isinstance(self.sparsity, bool) or not 0.0 <= float(self.sparsity) < 1.0:
