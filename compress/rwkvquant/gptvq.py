@@ -87,6 +87,23 @@ def _mahalanobis_init(x: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
+@numba.njit(cache=True, inline="always")
+def _nearest_centroid(x: np.ndarray, wt: np.ndarray, cb: np.ndarray, dist: np.ndarray) -> int:
+    """Index of the centroid of ``cb`` (d, k) nearest to the vector x (d,) in the metric weighted by wt (d,);
+    ``dist`` (k,) is scratch space, and its dtype is the arithmetic's."""
+    dist[:] = 0.0
+    for c in range(cb.shape[0]):
+        xv, wv = x[c], wt[c]
+        for j in range(cb.shape[1]):
+            t = xv - cb[c, j]
+            dist[j] += wv * t * t
+    best = 0
+    for j in range(1, cb.shape[1]):
+        if dist[j] < dist[best]:
+            best = j
+    return best
+
+
 @numba.njit(parallel=True, cache=True)
 def _fit_codebooks(x: np.ndarray, wt: np.ndarray, starts: np.ndarray, k: int, iters: int) -> tuple:
     """Codebooks (G, d, k) and iterations run per codebook, for the vectors x[starts[g]:starts[g+1]] (n, d),
@@ -94,6 +111,7 @@ def _fit_codebooks(x: np.ndarray, wt: np.ndarray, starts: np.ndarray, k: int, it
     changes or ``iters`` iterations. Codebooks are independent: the parallel loop is deterministic."""
     n_groups = starts.shape[0] - 1
     d = x.shape[1]
+    x32, wt32 = x.astype(np.float32), wt.astype(np.float32)  # the E-step in float32: twice the SIMD lanes
     cbs = np.empty((n_groups, d, k))
     ran = np.zeros(n_groups, np.int64)
     for g in numba.prange(n_groups):
@@ -104,23 +122,14 @@ def _fit_codebooks(x: np.ndarray, wt: np.ndarray, starts: np.ndarray, k: int, it
             for c in range(d):
                 cb[c, j] = init[j, c]
         assign = np.full(b - a, -1, np.int64)
-        dist = np.empty(k, np.float32)  # the E-step in float32: twice the SIMD lanes; sums stay float64
+        dist = np.empty(k, np.float32)  # the M-step's sums stay float64
         num = np.empty((d, k))
         den = np.empty((d, k))
         for it in range(iters):
             changed = 0
             cb32 = cb.astype(np.float32)
             for i in range(a, b):
-                dist[:] = 0.0
-                for c in range(d):
-                    xv, wv = np.float32(x[i, c]), np.float32(wt[i, c])
-                    for j in range(k):
-                        t = xv - cb32[c, j]
-                        dist[j] += wv * t * t
-                best = 0
-                for j in range(1, k):
-                    if dist[j] < dist[best]:
-                        best = j
+                best = _nearest_centroid(x32[i], wt32[i], cb32, dist)
                 if assign[i - a] != best:
                     assign[i - a] = best
                     changed += 1
@@ -157,16 +166,7 @@ def _quantize_columns(wb: np.ndarray, ub: np.ndarray, imp: np.ndarray, cbs: np.n
         dist = np.empty(k)
         e = np.empty(d)
         for j in range(0, width, d):
-            dist[:] = 0.0
-            for c in range(d):
-                xv, wv = wb[r, j + c], imp[j + c]
-                for m in range(k):
-                    t = xv - cb[c, m]
-                    dist[m] += wv * t * t
-            best = 0
-            for m in range(1, k):
-                if dist[m] < dist[best]:
-                    best = m
+            best = _nearest_centroid(wb[r, j:j + d], imp[j:j + d], cb, dist)
             idx[r, j // d] = best
             for c in range(d):  # e U_bb = w - q, U_bb upper triangular
                 s = wb[r, j + c] - cb[c, best]
