@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from edgesmith.compress.rwkvquant.gptq import hessian_inverse_cholesky, prepare_hessian
-from edgesmith.compress.rwkvquant.tensors import CODEBOOK_BITS, VQTensor
+from edgesmith.compress.rwkvquant.tensors import VQTensor, dequantize_codebooks, quantize_codebooks
 
 COLUMNS = 256  # the paper's columns per group
 
@@ -183,21 +183,6 @@ def _quantize_columns(wb: np.ndarray, ub: np.ndarray, imp: np.ndarray, cbs: np.n
                 wb[r, col] -= s
 
 
-def quantize_codebooks(cbs: torch.Tensor, bits: int = CODEBOOK_BITS):
-    """Affine ``bits``-bit codes of each codebook (G, k, d): (codes uint8, fp16 scales (G,), fp16 offsets (G,))."""
-    flat = cbs.reshape(cbs.shape[0], -1).to(torch.float32)
-    lo, hi = flat.min(1).values, flat.max(1).values
-    scale = torch.clamp((hi - lo) / (2**bits - 1), min=1e-8).to(torch.float16)
-    lo16 = lo.to(torch.float16)
-    s, o = scale.to(torch.float32)[:, None], lo16.to(torch.float32)[:, None]
-    codes = torch.clamp(torch.round((flat - o) / s), 0, 2**bits - 1).to(torch.uint8)
-    return codes.reshape(cbs.shape), scale, lo16
-
-
-def _dequantize_codebooks(codes, scale, lo) -> torch.Tensor:
-    return codes.to(torch.float32) * scale.to(torch.float32)[:, None, None] + lo.to(torch.float32)[:, None, None]
-
-
 def _output_error(w0: torch.Tensor, q: torch.Tensor, H: torch.Tensor) -> float:
     r = q - w0
     return float(((r @ H) * r).sum())
@@ -220,9 +205,9 @@ def update_codebooks(q: VQTensor, w0: torch.Tensor, H: torch.Tensor, steps: int)
         return torch.zeros(n_books * k, d, dtype=g.dtype).index_add_(0, flat_idx, g.reshape(-1, d)).reshape(n_books, k, d)
 
     cb = q.codebooks()
-    before = _output_error(w0, gather(cb), H)
     r = gather(cb) - w0
     rh = r @ H
+    before = float((rh * r).sum())
     grad = scatter(2 * rh)
     p, prev = -grad, None
     for _ in range(steps):
@@ -238,7 +223,7 @@ def update_codebooks(q: VQTensor, w0: torch.Tensor, H: torch.Tensor, steps: int)
         beta = max(0.0, float((grad * (grad - prev)).sum()) / max(float((prev * prev).sum()), 1e-300))
         p = -grad + beta * p
     codes, scale, lo = quantize_codebooks(cb)
-    after = _output_error(w0, gather(_dequantize_codebooks(codes, scale, lo)), H)
+    after = _output_error(w0, gather(dequantize_codebooks(codes, scale, lo)), H)
     info = {"error_before": before, "error_after": min(before, after), "kept": after < before}
     if after >= before:
         return q, info
@@ -274,7 +259,7 @@ def gptvq_quantize(w: torch.Tensor, H: torch.Tensor, bits: int, *, dim: int = 2,
         cbs, _ = _fit_codebooks(x, wt, starts.astype(np.int64), k, iters)
         codes, scale, lo = quantize_codebooks(torch.from_numpy(cbs).transpose(1, 2))
         codes_all.append(codes), scale_all.append(scale), lo_all.append(lo)
-        cq = _dequantize_codebooks(codes, scale, lo).to(torch.float64)  # (books, k, d)
+        cq = dequantize_codebooks(codes, scale, lo).to(torch.float64)  # (books, k, d)
         cq_t = np.ascontiguousarray(cq.transpose(1, 2).numpy())
         wb, err = np.ascontiguousarray(Wb.numpy()), np.zeros((out, g1 - g0))
         idx = np.zeros((out, nv), np.int64)

@@ -45,6 +45,22 @@ def dequantize_codebook(codes: torch.Tensor, scale: torch.Tensor, lo: torch.Tens
     return codes.to(torch.float32) * scale.to(torch.float32) + lo.to(torch.float32)
 
 
+def quantize_codebooks(cbs: torch.Tensor, bits: int = CODEBOOK_BITS):
+    """Affine ``bits``-bit codes of each codebook (G, k, d): (codes uint8, fp16 scales (G,), fp16 offsets (G,))."""
+    flat = cbs.reshape(cbs.shape[0], -1).to(torch.float32)
+    lo, hi = flat.min(1).values, flat.max(1).values
+    scale = torch.clamp((hi - lo) / (2**bits - 1), min=1e-8).to(torch.float16)
+    lo16 = lo.to(torch.float16)
+    s, o = scale.to(torch.float32)[:, None], lo16.to(torch.float32)[:, None]
+    codes = torch.clamp(torch.round((flat - o) / s), 0, 2**bits - 1).to(torch.uint8)
+    return codes.reshape(cbs.shape), scale, lo16
+
+
+def dequantize_codebooks(codes: torch.Tensor, scale: torch.Tensor, lo: torch.Tensor) -> torch.Tensor:
+    """(G, k, d) codebooks from their codes and per-codebook scales and offsets."""
+    return codes.to(torch.float32) * scale.to(torch.float32)[:, None, None] + lo.to(torch.float32)[:, None, None]
+
+
 @dataclass
 class SQTensor:
     codes: torch.Tensor  # uint8 (out, in)
@@ -92,8 +108,7 @@ class VQTensor:
         return col_block[None, :] * (-(-out // rows)) + row_block[:, None]
 
     def codebooks(self) -> torch.Tensor:
-        return (self.codebook_codes.to(torch.float32) * self.codebook_scale.to(torch.float32)[:, None, None]
-                + self.codebook_offset.to(torch.float32)[:, None, None])
+        return dequantize_codebooks(self.codebook_codes, self.codebook_scale, self.codebook_offset)
 
     def dequantize(self) -> torch.Tensor:
         out, n_vec = self.indices.shape
