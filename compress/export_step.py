@@ -58,7 +58,7 @@ def state_names(module) -> tuple[str, ...]:
 
 
 def export_step_onnx(model: nn.Module, path, *, accuracy_level: int = 4, opset: int = 17,
-                     force: bool = False) -> dict:
+                     batch: int | None = None, vq_form: str = "gather", force: bool = False) -> dict:
     """Write the step graph of ``model`` (fp or quantized) to ``path``; returns counts and the recurrent spec."""
     from edgesmith.compress.rwkvquant.export import matmul_copy, rewrite_quantized
 
@@ -71,9 +71,10 @@ def export_step_onnx(model: nn.Module, path, *, accuracy_level: int = 4, opset: 
     # a model may step on something other than a token: ``step_input = (name, dtype, per-sample shape)``
     in_name, in_dtype, in_shape = getattr(model, "step_input", (TOKEN_INPUT, torch.long, ()))
     out_name = getattr(model, "step_output", LOGITS_OUTPUT)
-    args = (torch.zeros((1, *in_shape), dtype=in_dtype), *batch_first)
+    b = 1 if batch is None else int(batch)
+    args = (torch.zeros((b, *in_shape), dtype=in_dtype), *[s.expand(b, *s.shape[1:]).contiguous() for s in batch_first])
     outs = [f"{n}_out" for n in names]
-    dyn = {n: {0: "batch"} for n in (in_name, out_name, *names, *outs)}
+    dyn = {n: {0: "batch"} for n in (in_name, out_name, *names, *outs)} if batch is None else None
     buf = io.BytesIO()
     try:
         with warnings.catch_warnings():
@@ -85,12 +86,14 @@ def export_step_onnx(model: nn.Module, path, *, accuracy_level: int = 4, opset: 
         raise EdgesmithError(f"ONNX export of the model's step failed: {str(e).splitlines()[0][:200]}",
                              "the step must use standard ops; report this model configuration.") from None
     g = onnx.load_from_string(buf.getvalue())
-    counts = rewrite_quantized(g, quantized, accuracy_level)
+    counts = rewrite_quantized(g, quantized, accuracy_level, vq_form)
     onnx.checker.check_model(g, full_check=True)
     spec = {"input": in_name, "output": out_name, "state": [[n, o] for n, o in zip(names, outs)],
             "input_dtype": str(args[0].dtype).replace("torch.", ""),
             "state_shapes": {n: list(s.shape[1:]) for n, s in zip(names, batch_first)},
             "state_dtypes": {n: str(s.dtype).replace("torch.", "") for n, s in zip(names, batch_first)}}
+    if batch is not None:
+        spec["batch"] = int(batch)
     init_path = Path(str(path) + INIT_SUFFIX)
     with atomic_path(path, force=force) as tmp:
         onnx.save(g, str(tmp))
@@ -106,6 +109,11 @@ class ExportStepOnnxConfig(PassConfig):
     """torch recurrent module (``step``/``zero_state``) -> ONNX step graph, state as inputs and outputs.
 
     ``accuracy_level`` goes to MatMulNBits nodes of 4-bit layers (4: int8 activations, the fast CPU path).
+    ``batch``: None keeps the batch dimension dynamic (what perplexity over batches of sequences needs);
+    an integer fixes it (1: a decode graph; every shape is static, so onnxruntime folds the shape arithmetic).
+    ``vq_form``: how vector-quantized layers are written (``compress.rwkvquant.export``): ``gather`` (indices
+    and codebooks, the smallest file) or ``int8`` (an exact 8-bit MatMulNBits: 8 bits per weight in memory
+    at run time instead of the 32 the folded gather takes).
     """
 
     kind: ClassVar[str] = "export-step-onnx"
@@ -114,8 +122,16 @@ class ExportStepOnnxConfig(PassConfig):
 
     opset: int = 17
     accuracy_level: int = 4
+    batch: int | None = None
+    vq_form: str = "gather"
 
     def validate(self) -> None:
+        from edgesmith.compress.rwkvquant.export import VQ_FORMS
+
+        if self.vq_form not in VQ_FORMS:
+            self._fail("vq_form", f"is {self.vq_form!r}", f"use one of: {', '.join(VQ_FORMS)}.")
+        if self.batch is not None and (isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1):
+            self._fail("batch", f"is {self.batch!r}", "use a positive integer (1 for decoding) or leave it unset.")
         if isinstance(self.opset, bool) or not isinstance(self.opset, int) or not 13 <= self.opset <= 21:
             self._fail("opset", f"is {self.opset!r}", "use an ONNX opset from 13 to 21.")
         if self.accuracy_level not in (0, 1, 2, 3, 4):
@@ -126,14 +142,15 @@ class ExportStepOnnxConfig(PassConfig):
 def _export_step(artifact: Artifact, config: ExportStepOnnxConfig, ctx: PassContext) -> PassResult:
     path = ctx.workdir / "model.step.onnx"
     res = export_step_onnx(artifact.module, path, accuracy_level=config.accuracy_level, opset=config.opset,
-                           force=True)
+                           batch=config.batch, vq_form=config.vq_form, force=True)
     meta = {k: v for k, v in artifact.meta.items() if k != "input_shape"}
     meta.update(recurrent=res["recurrent"], input_dtype=res["recurrent"]["input_dtype"])
     new = Artifact("onnx", path=path, meta=meta)
     notes = [f"{res['matmulnbits']} linear(s) as MatMulNBits, {res['vq_gather']} as Gather-dequantize, "
-             f"{res['fp32_matmul']} fp32 MatMul; the sequence loop runs outside the graph (state fed back)"]
+             f"{res['vq_int8']} as 8-bit MatMulNBits of codebook codes, {res['fp32_matmul']} fp32 MatMul; "
+             "the sequence loop runs outside the graph (state fed back)"]
     report = PassReport(config.to_dict(), "torch", "onnx", artifact.size_bytes(), new.size_bytes(), notes=notes,
-                        extra={k: res[k] for k in ("matmulnbits", "vq_gather", "fp32_matmul")})
+                        extra={k: res[k] for k in ("matmulnbits", "vq_gather", "vq_int8", "fp32_matmul")})
     return PassResult(new, report)
 
 

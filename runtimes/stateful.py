@@ -83,6 +83,14 @@ def run_sequence(rt, spec: dict, x: np.ndarray) -> tuple[np.ndarray, dict]:
     if x.ndim < 2:
         raise EdgesmithError(f"a recurrent model takes (batch, time, ...) sequences, got shape {x.shape}.",
                              "give whole sequences; each is fed one step at a time.")
+    fixed = spec.get("batch")
+    if fixed and x.shape[0] != fixed:  # a graph exported with a static batch (a decode graph) takes slices
+        if x.shape[0] % fixed:
+            raise EdgesmithError(f"the step graph was exported for batches of {fixed} but got {x.shape[0]} sequences.",
+                                 f"give a multiple of {fixed} sequences, or export it with a dynamic batch.")
+        parts = [run_sequence(rt, spec, x[i:i + fixed]) for i in range(0, x.shape[0], fixed)]
+        return (np.concatenate([p[0] for p in parts]),
+                {**parts[-1][1], "wall_s": sum(p[1]["wall_s"] for p in parts)})
     state = zero_state(spec, x.shape[0], _model_path(rt))
     outs, wall = [], 0.0
     stats: dict = {}

@@ -7,8 +7,13 @@ quantized layers' own codes:
 - SQ layers (RTN/GPTQ, <= 4 bits) become ``com.microsoft.MatMulNBits`` (4-bit container, our codes,
   fp16-exact scales and integer zero points), so onnxruntime runs its int4 kernel
   (``accuracy_level=4``: int8 activations, the fast CPU path);
-- VQ layers become a dequantize-on-the-fly subgraph: Gather(codebooks, indices) -> Reshape ->
-  Transpose -> MatMul, the codebooks and indices being the only stored weight data.
+- VQ layers become, by default (``vq_form="gather"``), a dequantize-on-the-fly subgraph: Gather(codebooks,
+  indices) -> Reshape -> Transpose -> MatMul, the codebooks and indices being the only stored weight data
+  (the smallest file; onnxruntime folds it to an fp32 weight when it loads the graph). ``vq_form="int8"``
+  writes them instead as an 8-bit MatMulNBits, exactly: every dequantized weight is an 8-bit codebook code
+  times its codebook's scale plus its offset, so the codes go in as 8-bit weights with the scale of the
+  codebook each block of the row lies in, and the offsets come back as (sum of x over each block) @ offsets.
+  A bigger file (8 bits per weight) but 8 bits in memory at run time instead of 32, and the int8 kernel.
 """
 from __future__ import annotations
 
@@ -91,10 +96,51 @@ def _vq_gather(node: onnx.NodeProto, q: VQTensor, prefix: str):
     return nodes, inits
 
 
-def rewrite_quantized(g: onnx.ModelProto, quantized: dict, accuracy_level: int) -> dict:
+def _vq_block(q: VQTensor) -> int | None:
+    """The MatMulNBits block size for a VQ layer: a power of two >= 16 (64 if it can) inside one codebook's
+    columns; None when the layout has none."""
+    for bs in (64, 32, 16, 128, 256):
+        if q.group_cols % bs == 0 and bs % q.dim == 0 and q.indices.shape[1] * q.dim % bs == 0:
+            return bs
+    return None
+
+
+def _vq_matmulnbits8(node: onnx.NodeProto, q: VQTensor, prefix: str, accuracy_level: int, bs: int):
+    out, n_vec = q.indices.shape
+    k = n_vec * q.dim
+    nb = k // bs
+    codes = q.codebook_codes[q.book_of(), q.indices].reshape(out, k).numpy().astype(np.uint8)
+    book = q.book_of()[:, (np.arange(nb) * bs) // q.dim]  # (out, nb): the codebook of each block
+    scales = q.codebook_scale.to(torch.float32)[book].numpy()
+    offsets = q.codebook_offset.to(torch.float32)[book].numpy()
+    inits = [numpy_helper.from_array(codes.reshape(out, nb, bs), prefix + "_B"),
+             numpy_helper.from_array(scales.reshape(-1), prefix + "_scales"),
+             numpy_helper.from_array(np.zeros(out * nb, np.uint8), prefix + "_zp"),
+             numpy_helper.from_array(np.ascontiguousarray(offsets.T), prefix + "_offsets"),
+             numpy_helper.from_array(np.array([-1, bs], np.int64), prefix + "_blocks"),
+             numpy_helper.from_array(np.array([-1, nb], np.int64), prefix + "_rows"),
+             numpy_helper.from_array(np.array([1], np.int64), prefix + "_axis")]
+    x, y = node.input[0], node.output[0]
+    nodes = [helper.make_node("MatMulNBits", [x, prefix + "_B", prefix + "_scales", prefix + "_zp"], [prefix + "_mm"],
+                              name=prefix + "_MatMulNBits", domain="com.microsoft", K=k, N=out, bits=8,
+                              block_size=bs, accuracy_level=accuracy_level),
+             helper.make_node("Reshape", [x, prefix + "_blocks"], [prefix + "_xb"]),
+             helper.make_node("ReduceSum", [prefix + "_xb", prefix + "_axis"], [prefix + "_xs"], keepdims=0),
+             helper.make_node("Reshape", [prefix + "_xs", prefix + "_rows"], [prefix + "_xsum"]),
+             helper.make_node("MatMul", [prefix + "_xsum", prefix + "_offsets"], [prefix + "_off"]),
+             helper.make_node("Shape", [prefix + "_mm"], [prefix + "_shape"]),
+             helper.make_node("Reshape", [prefix + "_off", prefix + "_shape"], [prefix + "_offr"]),
+             helper.make_node("Add", [prefix + "_mm", prefix + "_offr"], [y])]
+    return nodes, inits
+
+
+VQ_FORMS = ("gather", "int8")
+
+
+def rewrite_quantized(g: onnx.ModelProto, quantized: dict, accuracy_level: int, vq_form: str = "gather") -> dict:
     """Replace the MatMuls whose weights came from quantized layers (see ``matmul_copy``); returns counts."""
     inits = {t.name: t for t in g.graph.initializer}
-    counts = {"matmulnbits": 0, "vq_gather": 0, "fp32_matmul": 0}
+    counts = {"matmulnbits": 0, "vq_gather": 0, "vq_int8": 0, "fp32_matmul": 0}
     new_nodes, drop = [], set()
     for i, node in enumerate(g.graph.node):
         w = inits.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
@@ -112,8 +158,13 @@ def rewrite_quantized(g: onnx.ModelProto, quantized: dict, accuracy_level: int) 
             if isinstance(q, SQTensor):
                 raise EdgesmithError(f"an SQ layer with {q.bits} bits / group {q.group_size} has no MatMulNBits form.",
                                      "use at most 4 bits and a power-of-two group of at least 16.")
-            nodes, extra = _vq_gather(node, q, prefix)
-            counts["vq_gather"] += 1
+            bs = _vq_block(q) if vq_form == "int8" else None
+            if bs is not None:
+                nodes, extra = _vq_matmulnbits8(node, q, prefix, accuracy_level, bs)
+                counts["vq_int8"] += 1
+            else:
+                nodes, extra = _vq_gather(node, q, prefix)
+                counts["vq_gather"] += 1
         new_nodes += nodes
         g.graph.initializer.extend(extra)
         drop.add(node.input[1])
@@ -123,6 +174,6 @@ def rewrite_quantized(g: onnx.ModelProto, quantized: dict, accuracy_level: int) 
     keep = [t for t in g.graph.initializer if t.name in used or t.name not in drop]
     del g.graph.initializer[:]
     g.graph.initializer.extend(keep)
-    if counts["matmulnbits"]:
+    if counts["matmulnbits"] or counts["vq_int8"]:
         g.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     return counts

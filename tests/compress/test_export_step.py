@@ -62,3 +62,49 @@ def test_quantized_step_graph_uses_matmulnbits_and_vq_gather_and_matches_torch(t
 def test_a_module_without_a_step_is_refused_with_a_clear_error(tmp_path):
     with pytest.raises(EdgesmithError, match="step"):
         apply_pass(Artifact("torch", module=torch.nn.Linear(3, 2)), ExportStepOnnxConfig(), PassContext(workdir=tmp_path))
+
+
+def test_a_decode_graph_has_static_shapes_fewer_nodes_and_the_same_outputs(tmp_path):
+    # batch=1 fixes every shape so onnxruntime can fold the shape arithmetic the dynamic graph keeps
+    m = tiny(7)
+    dyn = export_step_onnx(m, tmp_path / "dyn.onnx")
+    dec = export_step_onnx(m, tmp_path / "dec.onnx", batch=1)
+    assert dec["recurrent"]["batch"] == 1 and "batch" not in dyn["recurrent"]
+    g = onnx.load(tmp_path / "dec.onnx").graph
+    assert all(d.HasField("dim_value") for i in g.input for d in i.type.tensor_type.shape.dim)
+    assert len(g.node) < len(onnx.load(tmp_path / "dyn.onnx").graph.node)
+    assert step_greedy_ort(tmp_path / "dec.onnx", [1, 2], 8) == torch_greedy(m, [1, 2], 8)
+    # a batch of sequences is fed to the static graph one slice at a time, with the same logits
+    tokens = np.random.default_rng(2).integers(0, 256, size=(3, 6))
+    art = Artifact("onnx", path=tmp_path / "dec.onnx", meta={"recurrent": dec["recurrent"]})
+    logits, stats = run_sequence(get_runtime("onnxruntime", threads=1).load(art), dec["recurrent"], tokens)
+    ref, _ = run_sequence(get_runtime("onnxruntime", threads=1).load(
+        Artifact("onnx", path=tmp_path / "dyn.onnx", meta={"recurrent": dyn["recurrent"]})), dyn["recurrent"], tokens)
+    assert logits.shape == (3, 6, 256) and np.allclose(logits, ref, atol=1e-5) and stats["steps"] == 6
+
+
+def test_export_step_config_refuses_a_batch_that_is_not_a_positive_integer():
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(EdgesmithError, match="batch"):
+            ExportStepOnnxConfig(batch=bad)
+    assert ExportStepOnnxConfig(batch=1).batch == 1
+
+
+def test_vq_layers_as_8bit_matmulnbits_give_the_gather_forms_logits(tmp_path):
+    # every dequantized VQ weight is an 8-bit codebook code x scale + offset, so the int8 form is exact
+    m = tiny(7)
+    q, rep = quantize_rwkv(m, CALIB, make_config("rwkvquant", bits=4, group_size=32, sq_percentile=60.0,
+                                                 kmeans_iters=3, n_calibration=4))
+    gather = export_step_onnx(q, tmp_path / "g.onnx", accuracy_level=0)
+    int8 = export_step_onnx(q, tmp_path / "i.onnx", accuracy_level=0, vq_form="int8")
+    assert int8["vq_int8"] == gather["vq_gather"] == rep.extra["n_vq"] > 0 and int8["vq_gather"] == 0
+    nbits = [n for n in onnx.load(tmp_path / "i.onnx").graph.node if n.op_type == "MatMulNBits"]
+    assert sorted({a.i for n in nbits for a in n.attribute if a.name == "bits"}) == [4, 8]
+    tokens = np.random.default_rng(3).integers(0, 256, size=(2, 8))
+    outs = []
+    for name, res in (("g", gather), ("i", int8)):
+        art = Artifact("onnx", path=tmp_path / f"{name}.onnx", meta={"recurrent": res["recurrent"]})
+        outs.append(run_sequence(get_runtime("onnxruntime", threads=1).load(art), res["recurrent"], tokens)[0])
+    assert np.allclose(outs[0], outs[1], atol=1e-4)
+    with pytest.raises(EdgesmithError, match="vq_form"):
+        ExportStepOnnxConfig(vq_form="lut")
