@@ -1,14 +1,22 @@
-"""Decode speed of the RWKV step in onnxruntime: fp32 vs weight-only 4-bit (MatMulNBits, accuracy_level 4).
+"""Decode speed of the RWKV step in onnxruntime against the memory bound: fp32, weight-only 4-bit, RWKVQuant.
 
     python -m edgesmith.bench.benchmarks.rwkv_decode_speed [--version 7] [--n-layer 4] [--n-embd 1024] \
-        [--tokens 64] [--threads 1] [--out bench/results/rwkv_decode_speed.json]
+        [--tokens 64] [--threads 1 0] [--no-rwkvquant] [--out bench/results/rwkv_decode/decode.json]
 
 The model has random weights (speed does not depend on their values) and is large enough that its
 fp32 linear weights (hundreds of MB) cannot stay in the CPU cache, so each token streams every
-weight from DRAM: batch-1 decoding is memory-bound. Block linears are RTN-quantized (4-bit codes,
-group 64) and run as MatMulNBits; embedding lookup, LoRAs and head stay fp32 in both graphs. Reports
-tokens/s (median over ``--rounds`` runs), the ratio, and the bytes-per-token bound: weight bytes
-read per token divided by a measured copy bandwidth gives the most tokens/s the memory allows.
+weight from DRAM: batch-1 decoding is memory-bound. Graphs: fp32; every block linear RTN-quantized to
+4-bit codes (group 64) and run as MatMulNBits (accuracy_level 4); and the model quantized by RWKVQuant at
+4 bits (its SQ layers as MatMulNBits, its VQ layers as a Gather of their codebooks that onnxruntime folds
+to an fp32 weight at load, and again with them as exact 8-bit MatMulNBits, ``vq_form="int8"``). Embedding lookup, LoRAs and head stay fp32 in all. Each is exported twice: the
+deploy graph (batch dimension dynamic, what ``edgesmith deploy`` writes) and the decode graph
+(``export_step_onnx(batch=1)``: every shape static, so onnxruntime folds the shape arithmetic away).
+
+The bound: the bytes one token must move (every initializer onnxruntime keeps, except that an embedding
+table is read one row; plus the recurrent state read and written) divided by the read bandwidth measured
+at the same thread count (the best of ``--rounds`` sums of a 512 MiB float32 array in torch, a read-only
+stream like the weights'). ``--threads 0`` means all cores. Reports tokens/s (median of ``--rounds``
+runs of ``--tokens`` greedy steps, after warm-up), the bound and their ratio; everything MEASURED here.
 """
 from __future__ import annotations
 
@@ -70,21 +78,42 @@ def quantize_rtn(model, bits: int, group: int):
     return q
 
 
-def onnx_weight_bytes(path: Path) -> int:
-    """Bytes of all initializers: what one decode step reads from memory (activations are tiny)."""
-    return sum(t.ByteSize() for t in onnx.load(str(path), load_external_data=False).graph.initializer)
+def bytes_per_token(path: Path, spec: dict) -> dict:
+    """Bytes one batch-1 step must move: the initializers of the graph as onnxruntime keeps it (constants
+    folded), an embedding table (a Gather of an initializer by a computed index) as one row, plus the
+    recurrent state read and written."""
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory() as tmp:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        so.optimized_model_filepath, so.log_severity_level = str(Path(tmp) / "folded.onnx"), 3
+        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        g = onnx.load(so.optimized_model_filepath).graph
+    inits = {t.name: t for t in g.initializer}
+    sizes = {n: t.ByteSize() for n, t in inits.items()}
+    for node in g.node:
+        if node.op_type == "Gather" and node.input[0] in inits and node.input[1] not in inits:
+            t = inits[node.input[0]]
+            if len(t.dims) == 2:  # a table looked up by the token: one row per step
+                sizes[node.input[0]] = sizes[node.input[0]] // t.dims[0]
+    state = sum(int(np.prod(shape)) * 4 for shape in spec["state_shapes"].values())
+    weights = sum(sizes.values())
+    return {"weights": weights, "state_read_and_written": 2 * state, "total": weights + 2 * state}
 
 
-def copy_bandwidth(n_bytes: int = 512 * 2**20, reps: int = 5) -> float:
-    """Bytes/s read by a large memcpy (read + write counted as reads' share: n_bytes per copy)."""
-    a = np.ones(n_bytes // 4, np.float32)
-    b = np.empty_like(a)
+def read_bandwidth(threads: int, n_bytes: int = 512 * 2**20, reps: int = 5) -> float:
+    """Bytes/s of a read-only stream: the best of ``reps`` float32 sums of an array far larger than the cache."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    a = torch.ones(n_bytes // 4)
     best = float("inf")
     for _ in range(reps):
         t = time.perf_counter()
-        np.copyto(b, a)
+        a.sum().item()
         best = min(best, time.perf_counter() - t)
-    return 2 * n_bytes / best  # a copy reads and writes every byte
+    torch.set_num_threads(before)
+    return n_bytes / best
 
 
 def tokens_per_s(dec: StepDecoder, n: int) -> float:
@@ -98,7 +127,80 @@ def tokens_per_s(dec: StepDecoder, n: int) -> float:
     return n / (time.perf_counter() - t)
 
 
+def op_profile(path: Path, spec: dict, threads: int, steps: int = 32) -> dict:
+    """Where a step's time goes: onnxruntime's own profiler, kernel microseconds per step by operator type, and
+    the rate at which the weight-only kernels read their weights (bytes of their initializers / their time).
+    Profiling adds a few microseconds per node, so the total is above an unprofiled step."""
+    import collections
+    import json
+
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory() as tmp:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = threads, 1, 3
+        so.enable_profiling, so.profile_file_prefix = True, str(Path(tmp) / "prof")
+        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        feed = step_feed(spec, np.array([1], np.int64), zero_state(spec, 1))
+        for _ in range(steps):
+            sess.run(None, feed)
+        events = json.loads(Path(sess.end_profiling()).read_text())
+    per_op = collections.defaultdict(float)
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            per_op[e["args"]["op_name"]] += e["dur"] / steps
+    g = onnx.load(str(path), load_external_data=False).graph
+    sizes = {t.name: t.ByteSize() for t in g.initializer}
+    nbits_bytes = sum(sizes.get(i, 0) for n in g.node if n.op_type == "MatMulNBits" for i in n.input[1:])
+    out = {"kernel_us_per_step": dict(sorted(per_op.items(), key=lambda kv: -kv[1])),
+           "total_kernel_us": sum(per_op.values())}
+    if per_op.get("MatMulNBits"):
+        out["matmulnbits_GBps"] = nbits_bytes / (per_op["MatMulNBits"] * 1e-6) / 1e9
+    return out
+
+
+def matmulnbits_in_cache(threads: int, k: int = 1024, n: int = 4096, bits: int = 4, reps: int = 200) -> dict:
+    """One MatMulNBits (block 64, accuracy_level 4) on a weight small enough to stay in cache: the kernel's
+    own rate when memory is not what limits it (weights per second, and weight bytes per second)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    bs, nb = 64, k // 64
+    inits = [numpy_helper.from_array(rng.integers(0, 256, (n, nb, bs * bits // 8), dtype=np.uint8), "B"),
+             numpy_helper.from_array((rng.random(n * nb) * 0.01).astype(np.float32), "S")]
+    node = helper.make_node("MatMulNBits", ["x", "B", "S"], ["y"], domain="com.microsoft", K=k, N=n, bits=bits,
+                            block_size=bs, accuracy_level=4)
+    g = helper.make_graph([node], "kernel", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = threads, 1, 3
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    for _ in range(20):
+        sess.run(None, {"x": x})
+    t = time.perf_counter()
+    for _ in range(reps):
+        sess.run(None, {"x": x})
+    dt = (time.perf_counter() - t) / reps
+    return {"shape": [n, k], "bits": bits, "us": dt * 1e6, "Gweights_per_s": k * n / dt / 1e9,
+            "GBps": k * n * bits / 8 / dt / 1e9}
+
+
+def quantize_rwkvquant(model, bits: int, seed: int = 0):
+    """RWKVQuant (the paper's default settings) calibrated on byte windows of the stdlib training text."""
+    from edgesmith.compress.rwkvquant import make_config, quantize_rwkv
+    from edgesmith.models.rwkv.data import load_splits, sequences
+
+    calib = sequences(load_splits().train, 128, 64, seed=seed)
+    q, rep = quantize_rwkv(model, calib, make_config("rwkvquant", bits=bits))
+    return q, {"n_sq": rep.extra["n_sq"], "n_vq": rep.extra["n_vq"], "bits_per_weight": rep.bits_per_weight}
+
+
 def main(argv=None) -> int:
+    import os
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--version", type=int, default=7, choices=(6, 7))
     ap.add_argument("--n-layer", type=int, default=4)
@@ -108,36 +210,59 @@ def main(argv=None) -> int:
     ap.add_argument("--group", type=int, default=64)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 0], help="thread counts; 0 = all cores")
+    ap.add_argument("--no-rwkvquant", action="store_true", help="skip the RWKVQuant graph (it takes a minute)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
-    torch.set_num_threads(a.threads)
+    threads = sorted({t if t > 0 else os.cpu_count() for t in a.threads})
+    torch.set_num_threads(max(threads))
     m = random_model(a.version, a.n_layer, a.n_embd, a.head_size)
-    q = quantize_rtn(m, a.bits, a.group)
-    res = {"model": m.cfg.to_dict(), "threads": a.threads, "bits": a.bits, "group": a.group}
+    models = {"fp32": m, f"int{a.bits}": quantize_rtn(m, a.bits, a.group)}
+    res = {"model": m.cfg.to_dict(), "bits": a.bits, "group": a.group, "cpu_count": os.cpu_count(),
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "graphs": {}}
+    if not a.no_rwkvquant:
+        models[f"rwkvquant-{a.bits}bit"], res["rwkvquant"] = quantize_rwkvquant(m, a.bits)
+    prompt = [1, 2, 3]
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        paths = {"fp32": Path(tmp) / "fp32.onnx", f"int{a.bits}": Path(tmp) / "q.onnx"}
-        spec = export_step_onnx(m, paths["fp32"], accuracy_level=4)["recurrent"]
-        counts = export_step_onnx(q, paths[f"int{a.bits}"], accuracy_level=4)
-        res["matmulnbits_layers"] = counts["matmulnbits"]
-        decs = {k: StepDecoder(p, spec, threads=a.threads) for k, p in paths.items()}
-        prompt = [1, 2, 3]
-        res["same_tokens_as_torch"] = {k: step_greedy_ort(paths[k], prompt, 16, a.threads) == torch_greedy(mod, prompt, 16)
-                                       for k, mod in (("fp32", m), (f"int{a.bits}", q))}
-        bw = copy_bandwidth()
-        res["copy_bandwidth_GBps"] = bw / 1e9
-        for k, p in paths.items():
-            runs = [tokens_per_s(decs[k], a.tokens) for _ in range(a.rounds)]
-            wb = onnx_weight_bytes(p)
-            res[k] = {"tokens_per_s": statistics.median(runs), "runs": runs, "weight_bytes_per_token": wb,
-                      "bound_tokens_per_s": bw / wb}
-    res["speedup"] = res[f"int{a.bits}"]["tokens_per_s"] / res["fp32"]["tokens_per_s"]
-    print("| graph | weight MB/token | tokens/s | bandwidth bound tokens/s |\n|---|---|---|---|")
-    for k in paths:
-        r = res[k]
-        print(f"| {k} | {r['weight_bytes_per_token'] / 1e6:.1f} | {r['tokens_per_s']:.2f} | {r['bound_tokens_per_s']:.1f} |")
-    print(f"speed-up {res['speedup']:.2f}x; copy bandwidth {res['copy_bandwidth_GBps']:.1f} GB/s; "
-          f"same tokens as torch: {res['same_tokens_as_torch']}")
+        bw = {t: read_bandwidth(t) for t in threads}
+        res["read_bandwidth_GBps"] = {str(t): v / 1e9 for t, v in bw.items()}
+        variants = [(name, mod, "gather") for name, mod in models.items()]
+        if not a.no_rwkvquant:
+            variants.append((f"rwkvquant-{a.bits}bit-int8vq", models[f"rwkvquant-{a.bits}bit"], "int8"))
+        for name, mod, vq_form in variants:
+            reference = torch_greedy(mod, prompt, 16)
+            for graph, batch in (("deploy", None), ("decode", 1)):
+                path = Path(tmp) / f"{name}-{graph}.onnx"
+                out = export_step_onnx(mod, path, accuracy_level=4, batch=batch, vq_form=vq_form)
+                spec = out["recurrent"]
+                moved = bytes_per_token(path, spec)
+                entry = {"graph": graph, "matmulnbits": out["matmulnbits"], "vq_gather": out["vq_gather"],
+                         "vq_int8": out["vq_int8"],
+                         "bytes_per_token": moved, "same_tokens_as_torch": step_greedy_ort(path, prompt, 16) == reference}
+                for t in threads:
+                    dec = StepDecoder(path, spec, threads=t)
+                    runs = [tokens_per_s(dec, a.tokens) for _ in range(a.rounds)]
+                    bound = bw[t] / moved["total"]
+                    entry[str(t)] = {"tokens_per_s": statistics.median(runs), "runs": runs, "bound_tokens_per_s": bound,
+                                     "times_bound": bound / statistics.median(runs)}
+                    rows.append((name, graph, t, moved["total"], entry[str(t)]))
+                    if name == f"int{a.bits}" and graph == "decode":
+                        entry[str(t)]["profile"] = op_profile(path, spec, t)
+                        entry[str(t)]["profile"]["matmulnbits_in_cache"] = matmulnbits_in_cache(t)
+                res["graphs"][f"{name}/{graph}"] = entry
+    print(f"read bandwidth: {', '.join(f'{t} thread(s) {v / 1e9:.1f} GB/s' for t, v in bw.items())}")
+    print("| model | graph | threads | MB/token | tokens/s | bound tokens/s | x bound |\n|---|---|---|---|---|---|---|")
+    for name, graph, t, moved, r in rows:
+        print(f"| {name} | {graph} | {t} | {moved / 1e6:.1f} | {r['tokens_per_s']:.1f} | {r['bound_tokens_per_s']:.1f} "
+              f"| {r['times_bound']:.2f} |")
+    for t in threads:
+        prof = res["graphs"][f"int{a.bits}/decode"][str(t)]["profile"]
+        top = ", ".join(f"{op} {us:.0f}" for op, us in list(prof["kernel_us_per_step"].items())[:5])
+        print(f"int{a.bits} decode graph, {t} thread(s), profiled kernel us per step: {top} (all {prof['total_kernel_us']:.0f}); "
+              f"MatMulNBits reads its weights at {prof.get('matmulnbits_GBps', 0):.1f} GB/s; alone on an in-cache "
+              f"1024 x 4096 weight it does {prof['matmulnbits_in_cache']['Gweights_per_s']:.1f} G weights/s")
+    print("same tokens as torch: " + ", ".join(f"{k} {v['same_tokens_as_torch']}" for k, v in res["graphs"].items()))
     if a.out:
         write_json(a.out, res)
     return 0
