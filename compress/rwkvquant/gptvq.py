@@ -239,7 +239,8 @@ def gptvq_quantize(w: torch.Tensor, H: torch.Tensor, bits: int, *, dim: int = 2,
     if n_in % dim:
         raise ValueError(f"input width {n_in} is not a multiple of the VQ dimension {dim}")
     W0, H0 = prepare_hessian(w, H, 0.0)  # the output error the codebook update lowers: undamped H
-    W, Hd = prepare_hessian(w, H, damp)
+    W = W0.clone()  # the column loop's working copy (prepare_hessian(w, H, damp) without a second conversion)
+    Hd = H0 + torch.eye(n_in, dtype=H0.dtype) * damp * torch.mean(torch.diag(H0))
     U = hessian_inverse_cholesky(Hd)
     del Hd
     imp = (1.0 / torch.diag(U) ** 2).numpy()
