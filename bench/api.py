@@ -77,8 +77,10 @@ PTH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
 
 def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed: int = 0,
-           model_options: dict | None = None, force: bool = False, dtype: str = "fp16") -> Path:
-    """Write ``model`` with its kind's export pass (ONNX: a graph, a step graph or a tree ensemble); an RWKV model
+           model_options: dict | None = None, force: bool = False, dtype: str = "fp16",
+           options: dict | None = None) -> Path:
+    """Write ``model`` with its kind's export pass (ONNX: a graph, a step graph or a tree ensemble; ``options``
+    go to that pass's config, e.g. ``{"batch": 1, "vq_form": "int8"}`` for a token-lm decode graph); an RWKV model
     (a producer, an official checkpoint, an edgesmith quantized one) to ``out.pth`` becomes an official-layout
     checkpoint in ``dtype`` (fp16, bf16, fp32), quantized weights dequantized, that BlinkDL's ``rwkv`` package loads."""
     from edgesmith.bench.deploy import source_artifact
@@ -95,11 +97,22 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
 
         producer = resolve_model(model, UserRequest(options=dict(model_options or {}), seed=seed), seed=seed).build()
         return _export_official_rwkv(producer, out, getattr(torch, PTH_DTYPES[dtype]), force)
-    producer, kind = _producer(model, seed, model_options)
-    config = config_from_dict({"kind": kind.export_pass, **({"opset": opset} if opset else {})})
+    if Path(model).exists():  # a user's file (e.g. a quantized RWKV checkpoint): the source that reads it
+        from edgesmith.bench.sources.base import UserRequest, resolve_model
+        from edgesmith.models.kinds import get_kind
+
+        producer = resolve_model(model, UserRequest(options=dict(model_options or {}), seed=seed), seed=seed).build()
+        kind = get_kind(producer.kind)  # no data check: exporting needs only the model and its example input
+    else:
+        producer, kind = _producer(model, seed, model_options)
+    config = config_from_dict({"kind": kind.export_pass, **({"opset": opset} if opset else {}), **(options or {})})
+    try:
+        example = producer.example_inputs(1)
+    except EdgesmithError:  # a user's model without data: a step graph needs none, a pass that does says so
+        example = None
     with tempfile.TemporaryDirectory() as work:
         art, _ = run_passes(source_artifact(producer), [config], PassContext(
-            workdir=Path(work), example_input=producer.example_inputs(1), seed=seed))
+            workdir=Path(work), example_input=example, seed=seed))
         with atomic_path(out, force=force) as tmp:
             shutil.copyfile(art.path, tmp)
     return out

@@ -98,7 +98,8 @@ def _load_calibration(path: str | None):
 
 def cmd_export(args) -> int:
     out = api.export(args.model, args.out, opset=args.opset, seed=args.seed, force=args.force, dtype=args.dtype,
-                     model_options=parse_key_values(args.model_option, "--model-option"))
+                     model_options=parse_key_values(args.model_option, "--model-option"),
+                     options=parse_key_values(args.option, "--option"))
     print(f"wrote {out}")
     return 0
 
@@ -293,6 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--opset", type=int)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model-option", dest="model_option", action="append", metavar="KEY=VALUE")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="an option of the kind's export pass, e.g. batch=1 (a static decode graph) or vq_form=int8")
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_export)
 

@@ -47,6 +47,39 @@ def test_unknown_model_is_a_user_error(capsys, tmp_path):
     assert_user_error(code, err, "resnet-9000")
 
 
+def test_export_passes_options_to_the_kinds_export_pass(capsys, tmp_path):
+    import onnx
+
+    code, out, _ = run_cli(capsys, "export", "rwkv7-ref", "--out", tmp_path / "d.onnx", "--option", "batch=1")
+    assert code == 0 and "wrote" in out
+    dims = [d for i in onnx.load(tmp_path / "d.onnx").graph.input for d in i.type.tensor_type.shape.dim]
+    assert all(d.dim_value > 0 for d in dims)  # a decode graph: the batch is fixed too
+    code, _, err = run_cli(capsys, "export", "digits-mlp", "--out", tmp_path / "m.onnx", "--option", "batch=1")
+    assert_user_error(code, err, "batch")
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def test_a_quantized_rwkv_file_exports_to_a_decode_graph_with_its_vq_layers_as_int8(capsys, tmp_path):
+    import collections
+
+    import onnx
+
+    from edgesmith.compress.rwkvquant import make_config, quantize_rwkv, save_quantized
+    from edgesmith.models import get_producer
+    from edgesmith.models.rwkv.data import load_splits, sequences
+
+    calib = sequences(load_splits().train, 64, 8, seed=0)
+    q, rep = quantize_rwkv(get_producer("rwkv7-ref").build().module_, calib,
+                           make_config("rwkvquant", bits=4, n_calibration=8, sq_percentile=50.0, kmeans_iters=3))
+    path = save_quantized(q, tmp_path / "q.quantized.pth")
+    code, out, err = run_cli(capsys, "export", path, "--out", tmp_path / "q.onnx", "--option", "batch=1",
+                             "--option", "vq_form=int8")
+    assert code == 0, err
+    bits = collections.Counter(a.i for n in onnx.load(tmp_path / "q.onnx").graph.node if n.op_type == "MatMulNBits"
+                               for a in n.attribute if a.name == "bits")
+    assert bits == {4: rep.extra["n_sq"], 8: rep.extra["n_vq"]} and rep.extra["n_vq"] > 0
+
+
 def test_unknown_pass_is_a_user_error(capsys, onnx_file, tmp_path):
     code, _, err = run_cli(capsys, "quantize", onnx_file, "--pass", "int3-magic", "--out", tmp_path / "q.onnx")
     assert_user_error(code, err, "int3-magic")
