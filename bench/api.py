@@ -84,27 +84,23 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
     (a producer, an official checkpoint, an edgesmith quantized one) to ``out.pth`` becomes an official-layout
     checkpoint in ``dtype`` (fp16, bf16, fp32), quantized weights dequantized, that BlinkDL's ``rwkv`` package loads."""
     from edgesmith.bench.deploy import source_artifact
+    from edgesmith.bench.sources.base import UserRequest, resolve_model
     from edgesmith.compress import PassContext, config_from_dict, run_passes
+    from edgesmith.models.kinds import get_kind
 
     out = Path(out)
     if out.suffix == ".pth" and dtype not in PTH_DTYPES:
         raise EdgesmithError(f"dtype {dtype!r} is not one of {', '.join(PTH_DTYPES)}.", "use --dtype fp16, bf16 or fp32.")
     _check_out(out, force=force)
-    if out.suffix == ".pth":  # a producer or a model file (official or quantized RWKV checkpoint)
+    # a producer or a user's file (an official or quantized RWKV checkpoint, ...): the source that reads it
+    source = resolve_model(model, UserRequest(options=dict(model_options or {}), seed=seed), seed=seed)
+    if out.suffix == ".pth":
         import torch
 
-        from edgesmith.bench.sources.base import UserRequest, resolve_model
-
-        producer = resolve_model(model, UserRequest(options=dict(model_options or {}), seed=seed), seed=seed).build()
-        return _export_official_rwkv(producer, out, getattr(torch, PTH_DTYPES[dtype]), force)
-    if Path(model).exists():  # a user's file (e.g. a quantized RWKV checkpoint): the source that reads it
-        from edgesmith.bench.sources.base import UserRequest, resolve_model
-        from edgesmith.models.kinds import get_kind
-
-        producer = resolve_model(model, UserRequest(options=dict(model_options or {}), seed=seed), seed=seed).build()
-        kind = get_kind(producer.kind)  # no data check: exporting needs only the model and its example input
-    else:
-        producer, kind = _producer(model, seed, model_options)
+        return _export_official_rwkv(source.build(), out, getattr(torch, PTH_DTYPES[dtype]), force)
+    kind = get_kind(source.kind)
+    kind.check_producer(source)
+    producer = source.build()
     config = config_from_dict({"kind": kind.export_pass, **({"opset": opset} if opset else {}), **(options or {})})
     try:
         example = producer.example_inputs(1)
