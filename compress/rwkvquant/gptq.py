@@ -30,16 +30,20 @@ def prepare_hessian(w: torch.Tensor, H: torch.Tensor, damp: float) -> tuple[torc
     dead = torch.diag(H) == 0
     H[dead, dead] = 1.0
     W[:, dead] = 0.0
-    H += torch.eye(H.shape[0], dtype=H.dtype) * damp * torch.mean(torch.diag(H))
-    return W, H
+    return W, damp_(H, damp)
+
+
+def damp_(H: torch.Tensor, damp: float) -> torch.Tensor:
+    """Add ``damp`` times the mean diagonal to H's diagonal, in place; returns H."""
+    H.diagonal().add_(damp * torch.mean(torch.diag(H)))
+    return H
 
 
 def hessian_inverse_cholesky(H: torch.Tensor) -> torch.Tensor:
     """Upper Cholesky factor U of H^-1 (H^-1 = U^T U); retries with more damping if H is singular."""
-    eye = torch.eye(H.shape[0], dtype=H.dtype)
     for extra in (0.0, 1e-6, 1e-4, 1e-2, 1e-1):
         try:
-            L = torch.linalg.cholesky(H + eye * extra * torch.mean(torch.diag(H)))
+            L = torch.linalg.cholesky(damp_(H.clone(), extra))
             Hinv = torch.cholesky_inverse(L)
             return torch.linalg.cholesky(Hinv, upper=True)
         except RuntimeError:

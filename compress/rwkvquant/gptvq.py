@@ -33,7 +33,7 @@ import numba
 import numpy as np
 import torch
 
-from edgesmith.compress.rwkvquant.gptq import hessian_inverse_cholesky, prepare_hessian
+from edgesmith.compress.rwkvquant.gptq import damp_, hessian_inverse_cholesky, prepare_hessian
 from edgesmith.compress.rwkvquant.tensors import VQTensor, dequantize_codebooks, quantize_codebooks
 
 COLUMNS = 256  # the paper's columns per group
@@ -240,9 +240,7 @@ def gptvq_quantize(w: torch.Tensor, H: torch.Tensor, bits: int, *, dim: int = 2,
         raise ValueError(f"input width {n_in} is not a multiple of the VQ dimension {dim}")
     W0, H0 = prepare_hessian(w, H, 0.0)  # the output error the codebook update lowers: undamped H
     W = W0.clone()  # the column loop's working copy (prepare_hessian(w, H, damp) without a second conversion)
-    Hd = H0 + torch.eye(n_in, dtype=H0.dtype) * damp * torch.mean(torch.diag(H0))
-    U = hessian_inverse_cholesky(Hd)
-    del Hd
+    U = hessian_inverse_cholesky(damp_(H0.clone(), damp))
     imp = (1.0 / torch.diag(U) ** 2).numpy()
     k = 2 ** (bits * dim)
     gc, gr = vq_layout(out, n_in, dim, group_size, columns)
