@@ -109,8 +109,9 @@ def _vq_matmulnbits8(node: onnx.NodeProto, q: VQTensor, prefix: str, accuracy_le
     out, n_vec = q.indices.shape
     k = n_vec * q.dim
     nb = k // bs
-    codes = q.codebook_codes[q.book_of(), q.indices].reshape(out, k).numpy().astype(np.uint8)
-    book = q.book_of()[:, (np.arange(nb) * bs) // q.dim]  # (out, nb): the codebook of each block
+    books = q.book_of()
+    codes = q.codebook_codes[books, q.indices].reshape(out, k).numpy().astype(np.uint8)
+    book = books[:, (np.arange(nb) * bs) // q.dim]  # (out, nb): the codebook of each block
     scales = q.codebook_scale.to(torch.float32)[book].numpy()
     offsets = q.codebook_offset.to(torch.float32)[book].numpy()
     inits = [numpy_helper.from_array(codes.reshape(out, nb, bs), prefix + "_B"),
