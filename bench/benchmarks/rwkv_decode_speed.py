@@ -78,6 +78,18 @@ def quantize_rtn(model, bits: int, group: int):
     return q
 
 
+def ort_session(model, threads: int = 1, **options):
+    """An onnxruntime CPU session of ``model`` (a path, or a serialized graph) on ``threads`` threads; ``options``:
+    further ``SessionOptions`` attributes."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = threads, 1, 3
+    for k, v in options.items():
+        setattr(so, k, v)
+    return ort.InferenceSession(str(model) if isinstance(model, Path) else model, so, providers=["CPUExecutionProvider"])
+
+
 def bytes_per_token(path: Path, spec: dict) -> dict:
     """Bytes one batch-1 step must move: the initializers of the graph as onnxruntime keeps it (constants
     folded), an embedding table (a Gather of an initializer by a computed index) as one row, plus the
@@ -85,11 +97,10 @@ def bytes_per_token(path: Path, spec: dict) -> dict:
     import onnxruntime as ort
 
     with tempfile.TemporaryDirectory() as tmp:
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-        so.optimized_model_filepath, so.log_severity_level = str(Path(tmp) / "folded.onnx"), 3
-        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        g = onnx.load(so.optimized_model_filepath).graph
+        folded = Path(tmp) / "folded.onnx"
+        ort_session(path, graph_optimization_level=ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+                    optimized_model_filepath=str(folded))
+        g = onnx.load(str(folded)).graph
     inits = {t.name: t for t in g.initializer}
     sizes = {n: t.ByteSize() for n, t in inits.items()}
     for node in g.node:
@@ -134,13 +145,8 @@ def op_profile(path: Path, spec: dict, threads: int, steps: int = 32) -> dict:
     import collections
     import json
 
-    import onnxruntime as ort
-
     with tempfile.TemporaryDirectory() as tmp:
-        so = ort.SessionOptions()
-        so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = threads, 1, 3
-        so.enable_profiling, so.profile_file_prefix = True, str(Path(tmp) / "prof")
-        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        sess = ort_session(path, threads, enable_profiling=True, profile_file_prefix=str(Path(tmp) / "prof"))
         feed = step_feed(spec, np.array([1], np.int64), zero_state(spec, 1))
         for _ in range(steps):
             sess.run(None, feed)
@@ -162,7 +168,6 @@ def op_profile(path: Path, spec: dict, threads: int, steps: int = 32) -> dict:
 def matmulnbits_in_cache(threads: int, k: int = 1024, n: int = 4096, bits: int = 4, reps: int = 200) -> dict:
     """One MatMulNBits (block 64, accuracy_level 4) on a weight small enough to stay in cache: the kernel's
     own rate when memory is not what limits it (weights per second, and weight bytes per second)."""
-    import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
@@ -174,9 +179,7 @@ def matmulnbits_in_cache(threads: int, k: int = 1024, n: int = 4096, bits: int =
     g = helper.make_graph([node], "kernel", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])], inits)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-    so = ort.SessionOptions()
-    so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = threads, 1, 3
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = ort_session(model.SerializeToString(), threads)
     x = rng.standard_normal((1, k)).astype(np.float32)
     for _ in range(20):
         sess.run(None, {"x": x})
@@ -243,9 +246,9 @@ def main(argv=None) -> int:
                 for t in threads:
                     dec = StepDecoder(path, spec, threads=t)
                     runs = [tokens_per_s(dec, a.tokens) for _ in range(a.rounds)]
-                    bound = bw[t] / moved["total"]
-                    entry[str(t)] = {"tokens_per_s": statistics.median(runs), "runs": runs, "bound_tokens_per_s": bound,
-                                     "times_bound": bound / statistics.median(runs)}
+                    speed, bound = statistics.median(runs), bw[t] / moved["total"]
+                    entry[str(t)] = {"tokens_per_s": speed, "runs": runs, "bound_tokens_per_s": bound,
+                                     "times_bound": bound / speed}
                     rows.append((name, graph, t, moved["total"], entry[str(t)]))
                     if name == f"int{a.bits}" and graph == "decode":
                         entry[str(t)]["profile"] = op_profile(path, spec, t)
