@@ -36,7 +36,9 @@ QUANT_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d)
 @dataclass
 class QatBrevitasConfig(PassConfig):
     """Brevitas QAT: ``weight_bits`` per-channel weights, ``act_bits`` layer inputs, ``epochs`` of fine-tuning
-    at ``lr`` in batches of ``batch``; ``layer_bits`` overrides the weight bits by module name."""
+    at ``lr`` in batches of ``batch`` (0: calibration only, i.e. brevitas PTQ); ``layer_bits`` overrides the
+    weight bits by module name. ``form``: ``qcdq`` (brevitas's portable QCDQ file) or ``ort-integer`` (its
+    Linear layers lowered to onnxruntime's integer MatMulIntegerToFloat, see ``qcdq_integer``)."""
 
     kind: ClassVar[str] = "qat-brevitas"
     input_format: ClassVar[str] = "torch"
@@ -49,6 +51,9 @@ class QatBrevitasConfig(PassConfig):
     batch: int = 64
     layer_bits: dict = field(default_factory=dict)
     seed: int = 0
+    form: str = "qcdq"
+
+    FORMS: ClassVar[tuple[str, ...]] = ("qcdq", "ort-integer")
 
     def validate(self) -> None:
         for name in ("weight_bits", "act_bits"):
@@ -61,6 +66,9 @@ class QatBrevitasConfig(PassConfig):
             self._fail("lr", f"is {self.lr!r}", "use a small positive learning rate, e.g. 1e-4.")
         if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
             self._fail("batch", f"is {self.batch!r}", "use a batch of at least one sample.")
+        if self.form not in self.FORMS:
+            self._fail("form", f"is {self.form!r}", f"use one of {', '.join(self.FORMS)} (ort-integer: Linear layers "
+                       "as onnxruntime's integer MatMulIntegerToFloat).")
         for name, bits in dict(self.layer_bits).items():
             if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 8:
                 self._fail("layer_bits", f"gives {name!r} {bits!r} bits", "use whole numbers of bits from 2 to 8.")
@@ -212,8 +220,10 @@ def fine_tune(model: nn.Module, teacher: nn.Module, x: np.ndarray, y: np.ndarray
     return hist
 
 
-def export_qcdq(model: nn.Module, example: np.ndarray, path) -> None:
-    """brevitas QCDQ export with a dynamic batch; initializers kept out of the graph inputs."""
+def export_qcdq(model: nn.Module, example: np.ndarray, path, form: str = "qcdq", check: np.ndarray | None = None) -> dict:
+    """brevitas QCDQ export with a dynamic batch; initializers kept out of the graph inputs. ``form="ort-integer"``
+    lowers its Linear layers to MatMulIntegerToFloat and, on ``check`` inputs, measures how far the lowered
+    graph's outputs are from the QCDQ graph's; returns what it did."""
     import io
     import warnings
 
@@ -236,9 +246,49 @@ def export_qcdq(model: nn.Module, example: np.ndarray, path) -> None:
     inits = {i.name for i in m.graph.initializer}
     for inp in [i for i in m.graph.input if i.name in inits]:
         m.graph.input.remove(inp)
+    info = {"form": form}
+    if form == "ort-integer":
+        from edgesmith.compress.qcdq_integer import lower_gemms
+
+        qcdq = m
+        m, info["integer_gemms"] = lower_gemms(qcdq)
+        if info["integer_gemms"] and check is not None:
+            info.update(_lowering_gap(qcdq, m, np.asarray(check[:64], np.float32)))
     onnx.checker.check_model(m)
     with atomic_path(path, force=True) as tmp:
         onnx.save(m, str(tmp))
+    return info
+
+
+def _lowering_gap(qcdq, lowered, x: np.ndarray) -> dict:
+    """Max |difference| between the QCDQ and the lowered graph's outputs, relative to the largest output, and
+    how often their arg-max agrees (a rounding flipped at an inner quantizer moves an output by one step)."""
+    import onnxruntime as ort
+
+    from edgesmith.compress.onnx_analysis import quiet_onnxruntime
+
+    outs = []
+    with quiet_onnxruntime():
+        for m in (qcdq, lowered):
+            so = ort.SessionOptions()
+            so.log_severity_level = 3
+            sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            outs.append(sess.run(None, {INPUT_NAME: x})[0])
+    ref, low = (o.reshape(len(x), -1) for o in outs)
+    return {"lowering_checked": len(x), "lowering_max_rel_diff": float(np.abs(ref - low).max() / max(float(np.abs(ref).max()), 1e-30)),
+            "lowering_argmax_agreement": float(np.mean(ref.argmax(1) == low.argmax(1)))}
+
+
+def _lowering_notes(info: dict) -> list[str]:
+    if info["form"] != "ort-integer":
+        return []
+    if not info["integer_gemms"]:
+        return ["ort-integer: no Linear layer in the QCDQ form it lowers (left as QCDQ)"]
+    gap = (f"; vs the QCDQ graph on {info['lowering_checked']} training inputs: max |diff| "
+           f"{info['lowering_max_rel_diff']:.1e} of the largest output, arg-max agrees on "
+           f"{100 * info['lowering_argmax_agreement']:.1f}% (measured)") if "lowering_max_rel_diff" in info else ""
+    return [f"ort-integer: {info['integer_gemms']} Linear layer(s) lowered to MatMulIntegerToFloat (u8 x u8, int32 "
+            f"sums){gap}"]
 
 
 def _qat(artifact: Artifact, config: QatBrevitasConfig, ctx: PassContext) -> PassResult:
@@ -257,7 +307,7 @@ def _qat(artifact: Artifact, config: QatBrevitasConfig, ctx: PassContext) -> Pas
         hist = fine_tune(model, artifact.module, x, y, config, progress=ctx.progress)
     seconds = time.perf_counter() - t0
     out = ctx.workdir / f"model.{config.kind}.onnx"
-    export_qcdq(model, ctx.example_input, out)
+    lowering = export_qcdq(model, ctx.example_input, out, config.form, check=x)
     new = Artifact("onnx", path=out, meta={**artifact.meta, "input_name": INPUT_NAME, "output_name": OUTPUT_NAME,
                                             "input_shape": list(ctx.example_input.shape[1:]),
                                             "precision": f"w{config.weight_bits}a{config.act_bits} (brevitas QAT)"})
@@ -271,8 +321,10 @@ def _qat(artifact: Artifact, config: QatBrevitasConfig, ctx: PassContext) -> Pas
                                 if ctx.train_fn is not None else
                                 f"fine-tuned {config.epochs} epoch(s) on {len(x)} {source} ({hist['objective']}) in "
                                 f"{seconds:.1f} s (measured wall time, calibration included)"),
-                               "QCDQ ONNX: 4-bit weights are stored as int8 (no packed int4 in QCDQ)"],
-                        extra={"fine_tune_s": seconds, "loss": hist["loss"], "layers": layers, "objective": hist["objective"]})
+                               "QCDQ ONNX: 4-bit weights are stored as int8 (no packed int4 in QCDQ)"]
+                        + _lowering_notes(lowering),
+                        extra={"fine_tune_s": seconds, "loss": hist["loss"], "layers": layers, "objective": hist["objective"],
+                               "export": lowering})
     return PassResult(new, report)
 
 

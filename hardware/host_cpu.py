@@ -181,9 +181,9 @@ def onnx_export(producer) -> list:
     return [] if producer.native_format == "onnx" else [ExportOnnxConfig()]
 
 
-def qat_variants(producer, kopts, runtimes: list[str], where: str) -> tuple[list, dict[str, str]]:
-    """Brevitas QAT variants (qat-w8a8, qat-w4a8), ``kopts.qat_epochs`` of fine-tuning, for a torch model whose
-    producer offers training data; else none, with the reason for each (reported as unavailable)."""
+def qat_variants(producer, kopts, runtimes: list[str], where: str, form: str = "qcdq") -> tuple[list, dict[str, str]]:
+    """Brevitas QAT variants (qat-w8a8, qat-w4a8), ``kopts.qat_epochs`` of fine-tuning, exported in ``form``, for
+    a torch model whose producer offers training data; else none, with the reason for each (reported as unavailable)."""
     from edgesmith.compress.qat_brevitas import QatW4A8Config, QatW8A8Config
     from edgesmith.models.base import Producer
 
@@ -199,10 +199,10 @@ def qat_variants(producer, kopts, runtimes: list[str], where: str) -> tuple[list
                        "--train-data (inputs, labels inside) or --calibration-data (QAT then distils the float "
                        "model on it)." for n in names}
     epochs = int(kopts.qat_epochs)
-    return [Variant("qat-w8a8", [QatW8A8Config(epochs=epochs)], list(runtimes), f"brevitas QAT, 8-bit weights and inputs, QCDQ ONNX "
-                    f"({where})"),
-            Variant("qat-w4a8", [QatW4A8Config(epochs=epochs)], list(runtimes), f"brevitas QAT, 4-bit weights (per channel), 8-bit "
-                    f"inputs, QCDQ ONNX ({where})")], {}
+    return [Variant("qat-w8a8", [QatW8A8Config(epochs=epochs, form=form)], list(runtimes),
+                    f"brevitas QAT, 8-bit weights and inputs, QCDQ ONNX ({where})"),
+            Variant("qat-w4a8", [QatW4A8Config(epochs=epochs, form=form)], list(runtimes),
+                    f"brevitas QAT, 4-bit weights (per channel), 8-bit inputs, QCDQ ONNX ({where})")], {}
 
 
 def module_fits(target: Target, producer) -> None:
@@ -259,7 +259,8 @@ class HostCpu(Target):
             Variant("int4", export + [Int4WeightOnlyConfig(block_size=kopts.int4_block_size)],
                     ["onnxruntime"], "4-bit weight-only MatMulNBits (TVM cannot run MatMulNBits)"),
         ]
-        qat, unavailable = qat_variants(producer, kopts, ["onnxruntime"], "integer kernels where onnxruntime fuses them")
+        qat, unavailable = qat_variants(producer, kopts, ["onnxruntime"], "Linear layers lowered to onnxruntime's integer "
+                                          "MatMulIntegerToFloat", form="ort-integer")
         variants += qat
         hints = producer.unsupported_formats() if hasattr(producer, "unsupported_formats") else {}
         for name, why in hints.items():
