@@ -37,7 +37,8 @@ QUANT_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d)
 class QatBrevitasConfig(PassConfig):
     """Brevitas QAT: ``weight_bits`` per-channel weights, ``act_bits`` layer inputs, ``epochs`` of fine-tuning
     at ``lr`` in batches of ``batch`` (0: calibration only, i.e. brevitas PTQ); ``layer_bits`` overrides the
-    weight bits by module name. ``form``: ``qcdq`` (brevitas's portable QCDQ file) or ``ort-integer`` (its
+    weight bits by module name; ``keep_8bit``: that many layers, the ones whose weights at ``weight_bits`` move
+    the outputs most (``layer_sensitivity``), keep 8-bit weights (``layer_bits`` still wins). ``form``: ``qcdq`` (brevitas's portable QCDQ file) or ``ort-integer`` (its
     Linear layers lowered to onnxruntime's integer MatMulIntegerToFloat, see ``qcdq_integer``)."""
 
     kind: ClassVar[str] = "qat-brevitas"
@@ -52,6 +53,7 @@ class QatBrevitasConfig(PassConfig):
     layer_bits: dict = field(default_factory=dict)
     seed: int = 0
     form: str = "qcdq"
+    keep_8bit: int = 0
 
     FORMS: ClassVar[tuple[str, ...]] = ("qcdq", "ort-integer")
 
@@ -66,6 +68,9 @@ class QatBrevitasConfig(PassConfig):
             self._fail("lr", f"is {self.lr!r}", "use a small positive learning rate, e.g. 1e-4.")
         if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
             self._fail("batch", f"is {self.batch!r}", "use a batch of at least one sample.")
+        k = self.keep_8bit
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            self._fail("keep_8bit", f"is {k!r}", "use how many of the most sensitive layers keep 8-bit weights (0: none).")
         if self.form not in self.FORMS:
             self._fail("form", f"is {self.form!r}", f"use one of {', '.join(self.FORMS)} (ort-integer: Linear layers "
                        "as onnxruntime's integer MatMulIntegerToFloat).")
@@ -131,6 +136,37 @@ def quantized_copy(module: nn.Module, config: QatBrevitasConfig) -> tuple[nn.Mod
         raise EdgesmithError("the model has no Linear or Conv layer for brevitas to quantize.",
                              "use int8-qdq or int4-weight-only on models without such layers.")
     return model, layers
+
+
+def layer_sensitivity(module: nn.Module, x: np.ndarray, config: QatBrevitasConfig) -> list[dict]:
+    """Per Linear/Conv layer, most sensitive first: the output error when only that layer's weights are at
+    ``config.weight_bits`` and every other layer's at 8 bits (brevitas calibration only, no fine-tuning), as
+    relative squared error and SQNR against the float model on up to 256 inputs; ``delta_db`` is the SQNR lost
+    against the all-8-bit model."""
+    import dataclasses
+
+    xs = np.asarray(x[:256], np.float32)
+    xt = torch.from_numpy(xs)
+    with torch.no_grad():
+        ref = module.eval()(xt).float()
+    power = float((ref ** 2).mean()) or 1e-30
+
+    def error(bits: dict) -> float:
+        cfg = dataclasses.replace(config, weight_bits=8, layer_bits=bits, keep_8bit=0)
+        q, _ = quantized_copy(module, cfg)
+        calibrate(q, xs, cfg)
+        with torch.no_grad():
+            return float(((q(xt).float() - ref) ** 2).mean()) / power
+
+    base = error({})
+    rows = []
+    for name, m in module.named_modules():
+        if isinstance(m, QUANT_LAYERS):
+            e = error({name: config.weight_bits})
+            rows.append({"layer": name, "params": int(m.weight.numel()), "bits": config.weight_bits,
+                         "relative_error": e, "sqnr_db": float(-10 * np.log10(max(e, 1e-30))),
+                         "delta_db": float(10 * np.log10(max(e, 1e-30) / max(base, 1e-30)))})
+    return sorted(rows, key=lambda r: -r["relative_error"])
 
 
 def _training_arrays(ctx: PassContext) -> tuple[np.ndarray, np.ndarray | None, str]:
@@ -300,6 +336,18 @@ def _qat(artifact: Artifact, config: QatBrevitasConfig, ctx: PassContext) -> Pas
                              "pass the producer's example input.")
     x, y, source = _training_arrays(ctx)
     t0 = time.perf_counter()
+    table, sensitivity_note = [], []
+    if config.keep_8bit and config.weight_bits < 8:
+        import dataclasses
+
+        table = layer_sensitivity(artifact.module, x, config)
+        keep = {r["layer"]: 8 for r in table[: config.keep_8bit]}
+        config = dataclasses.replace(config, layer_bits={**keep, **config.layer_bits}, keep_8bit=config.keep_8bit)
+        sensitivity_note = [f"sensitivity ({len(table)} layers, each alone at {table[0]['bits']} bits, the rest at 8; "
+                            f"output SQNR vs fp32): kept at 8 bits " + ", ".join(
+                                f"{r['layer']} ({r['sqnr_db']:.1f} dB)" for r in table[: config.keep_8bit])
+                            + (f"; next {table[config.keep_8bit]['layer']} ({table[config.keep_8bit]['sqnr_db']:.1f} dB)"
+                               if len(table) > config.keep_8bit else "")]
     model, layers = quantized_copy(artifact.module, config)
     if ctx.train_fn is not None:
         hist = user_fine_tune(model, x, config, ctx.train_fn)
@@ -322,8 +370,8 @@ def _qat(artifact: Artifact, config: QatBrevitasConfig, ctx: PassContext) -> Pas
                                 f"fine-tuned {config.epochs} epoch(s) on {len(x)} {source} ({hist['objective']}) in "
                                 f"{seconds:.1f} s (measured wall time, calibration included)"),
                                "QCDQ ONNX: 4-bit weights are stored as int8 (no packed int4 in QCDQ)"]
-                        + _lowering_notes(lowering),
-                        extra={"fine_tune_s": seconds, "loss": hist["loss"], "layers": layers, "objective": hist["objective"],
+                        + _lowering_notes(lowering) + sensitivity_note,
+                        extra={"sensitivity": table, "fine_tune_s": seconds, "loss": hist["loss"], "layers": layers, "objective": hist["objective"],
                                "export": lowering})
     return PassResult(new, report)
 

@@ -201,8 +201,13 @@ def qat_variants(producer, kopts, runtimes: list[str], where: str, form: str = "
     epochs = int(kopts.qat_epochs)
     return [Variant("qat-w8a8", [QatW8A8Config(epochs=epochs, form=form)], list(runtimes),
                     f"brevitas QAT, 8-bit weights and inputs, QCDQ ONNX ({where})"),
-            Variant("qat-w4a8", [QatW4A8Config(epochs=epochs, form=form)], list(runtimes),
-                    f"brevitas QAT, 4-bit weights (per channel), 8-bit inputs, QCDQ ONNX ({where})")], {}
+            Variant("qat-w4a8", [QatW4A8Config(epochs=epochs, form=form, keep_8bit=kopts.qat_keep_8bit)], list(runtimes),
+                    f"brevitas QAT, 4-bit weights (per channel){_kept(kopts.qat_keep_8bit)}, 8-bit inputs, QCDQ ONNX "
+                    f"({where})")], {}
+
+
+def _kept(n: int) -> str:
+    return f" but the {n} most sensitive layer(s) at 8 bits" if n else ""
 
 
 def module_fits(target: Target, producer) -> None:

@@ -16,6 +16,7 @@ class TensorOptions(KindOptions):
     int4_block_size: int = option(32, "weights per scale of the int4 MatMulNBits variant (16..256, power of 2)")
     prune_sparsity: float = option(0.0, "add a magnitude-pruned + int8 variant at this sparsity (0 = none)")
     qat_epochs: int = option(0, "add brevitas QAT variants (qat-w8a8, qat-w4a8) fine-tuned this many epochs (0 = none)")
+    qat_keep_8bit: int = option(0, "qat-w4a8: this many layers, the most output-sensitive at 4 bits, keep 8-bit weights")
 
     def validate(self) -> None:
         if self.calibration not in CALIBRATIONS:
@@ -29,6 +30,9 @@ class TensorOptions(KindOptions):
         q = self.qat_epochs
         if isinstance(q, bool) or not isinstance(q, int) or q < 0:
             self._fail("qat_epochs", f"is {q!r}", "use a whole number of epochs, 0 for no QAT variants.")
+        k = self.qat_keep_8bit
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            self._fail("qat_keep_8bit", f"is {k!r}", "use a whole number of layers, 0 to quantize every layer to 4 bits.")
         s = self.prune_sparsity
         if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0.0 <= float(s) < 1.0:
             self._fail("prune_sparsity", f"is {s!r}", "use a fraction in [0, 1), e.g. 0.5.")

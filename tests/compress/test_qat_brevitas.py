@@ -12,7 +12,7 @@ from onnx import numpy_helper
 from edgesmith.bench.deploy import source_artifact
 from edgesmith.common import EdgesmithError
 from edgesmith.compress import PassContext, config_from_dict, run_passes
-from edgesmith.compress.qat_brevitas import QatW4A8Config, quantized_copy
+from edgesmith.compress.qat_brevitas import QatW4A8Config, layer_sensitivity, quantized_copy
 from edgesmith.hardware import PlanOptions, get_target
 from edgesmith.models import get_producer
 from edgesmith.runtimes import get_runtime
@@ -83,3 +83,40 @@ def test_host_and_jetson_plans_offer_qat_only_when_asked_and_training_data_exist
             get_target(target).plan(p, PlanOptions(variants=["qat-w4a8"]))
         plan = get_target(target).plan(p, PlanOptions(options={"qat_epochs": 2}, variants=["qat-w8a8", "qat-w4a8"]))
         assert [v.passes[-1].epochs for v in plan.variants] == [2, 2]
+
+
+def test_host_plan_exports_the_integer_form_and_jetson_the_portable_qcdq():
+    p = get_producer("digits-mlp")
+    opts = PlanOptions(options={"qat_epochs": 1, "qat_keep_8bit": 1}, variants=["qat-w8a8", "qat-w4a8"])
+    host, jetson = (get_target(t).plan(p, opts) for t in ("host-cpu", "jetson-orin-nano"))
+    assert {v.passes[-1].form for v in host.variants} == {"ort-integer"}
+    assert {v.passes[-1].form for v in jetson.variants} == {"qcdq"}  # TensorRT reads QCDQ, not onnxruntime contrib ops
+    assert [v.passes[-1].keep_8bit for v in host.variants] == [0, 1]
+    with pytest.raises(EdgesmithError, match="qat_keep_8bit"):
+        get_target("host-cpu").plan(p, PlanOptions(options={"qat_epochs": 1, "qat_keep_8bit": -1}))
+
+
+def test_sensitivity_ranks_every_layer_and_keep_8bit_raises_the_worst_one(tmp_path):
+    p = get_producer("digits-mlp").build()
+    x, y = p.training_data()
+    table = layer_sensitivity(p.module, np.asarray(x, np.float32), QatW4A8Config())
+    assert [r["layer"] for r in table] and sorted(r["layer"] for r in table) == ["0", "2", "4"]
+    errors = [r["relative_error"] for r in table]
+    assert errors == sorted(errors, reverse=True) and all(r["delta_db"] > 0 for r in table)
+    ctx = PassContext(workdir=tmp_path, example_input=x[:1], calibration=x[:64], train_data=(x, y), progress=False)
+    _, reports = run_passes(source_artifact(p), [QatW4A8Config(epochs=0, keep_8bit=1)], ctx)
+    rep = reports[-1]
+    bits = {layer["name"]: layer["weight_bits"] for layer in rep.extra["layers"]}
+    assert bits[table[0]["layer"]] == 8 and sorted(bits.values()) == [4, 4, 8]
+    assert 4.0 < rep.bits_per_weight < 8.0 and rep.extra["sensitivity"][0]["layer"] == table[0]["layer"]
+    assert any("kept at 8 bits" in note for note in rep.notes)
+    _, reports = run_passes(source_artifact(p), [QatW4A8Config(epochs=0, keep_8bit=1, layer_bits={table[0]["layer"]: 3})],
+                            ctx)
+    assert {layer["name"]: layer["weight_bits"] for layer in reports[-1].extra["layers"]}[table[0]["layer"]] == 3
+
+
+def test_keep_8bit_is_validated_and_round_trips():
+    with pytest.raises(EdgesmithError, match="keep_8bit"):
+        QatW4A8Config(keep_8bit=-2)
+    cfg = QatW4A8Config(keep_8bit=1, layer_bits={"4": 3})
+    assert config_from_dict(json.loads(cfg.to_json())) == cfg
