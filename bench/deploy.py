@@ -148,7 +148,11 @@ def source_artifact(producer) -> Artifact:
     if producer.native_format == "onnx" and len(meta.get("inputs", [])) > 1:
         meta["input_shape"] = None
     if producer.native_format not in IN_MEMORY_FORMATS:  # a file: a user's ONNX model, a netx network
-        return Artifact(producer.native_format, path=producer.path, meta=meta)
+        from edgesmith.compress.torch_source import torch_source
+
+        # an ONNX export of the user's torch module carries the module on, for training passes (torch-source)
+        return Artifact(producer.native_format, path=producer.path, meta=meta,
+                        module=torch_source(producer) if producer.native_format == "onnx" else None)
     return Artifact(producer.native_format, module=producer.module, meta=meta)
 
 
@@ -204,10 +208,14 @@ def load_training_data(producer, path: str):
     (the forms of --eval-data: .npy, .npz by input name with ``labels``/``targets``, a folder)."""
     from edgesmith.models.user_data import TensorSpec, load_tensors
 
-    if producer.kind != "tensor" or producer.native_format != "torch":
+    from edgesmith.compress.torch_source import torch_source
+
+    if producer.kind != "tensor" or torch_source(producer) is None:
         raise EdgesmithError(f"--train-data fine-tunes torch models of kind tensor (QAT); {producer.name} is a "
-                             f"{producer.native_format} model of kind {producer.kind}.",
-                             "drop --train-data (its own passes bring their training data, if any).")
+                             f"{producer.native_format} model of kind {producer.kind}"
+                             + (" with no torch module behind it" if producer.native_format == "onnx" else "") + ".",
+                             "drop --train-data (its own passes bring their training data, if any), or deploy the "
+                             "torch model (path/to/file.py:factory).")
     specs = list(getattr(producer, "inputs", None) or [TensorSpec(
         "input", np.asarray(producer.example_inputs(1)).dtype.name, tuple(producer.input_shape))])
     if len(specs) != 1:

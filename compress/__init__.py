@@ -33,6 +33,7 @@ PASS_MODULES = (
     "edgesmith.compress.import_nir",  # import-nir
     "edgesmith.compress.export_nir",  # export-nir
     "edgesmith.compress.qat_brevitas",  # qat-w8a8, qat-w4a8, qat-brevitas
+    "edgesmith.compress.torch_source",  # torch-source
 )
 
 __all__ = [

@@ -145,8 +145,9 @@ def find_state(inputs: list, outputs: list, given: str | None) -> list[tuple[str
     return pairs
 
 
-def onnx_user_model(path: Path, label: str, request: UserRequest, notes: list[str]):
-    """The ``UserModel`` of a prepared ONNX file with the request's data."""
+def onnx_user_model(path: Path, label: str, request: UserRequest, notes: list[str], torch_module=None):
+    """The ``UserModel`` of a prepared ONNX file with the request's data; ``torch_module``: the module it was
+    exported from (kept for training passes, see ``compress.torch_source``)."""
     import onnx
 
     from edgesmith.bench.deploy import predictor
@@ -201,7 +202,8 @@ def onnx_user_model(path: Path, label: str, request: UserRequest, notes: list[st
     unsupported = {}
     if not _has_matmul_weights(model, inits):
         unsupported["int4"] = "no MatMul with a constant 2-D weight (MatMulNBits would quantize 0 layers)"
-    return UserModel(label=label, kind=kind, native_format="onnx", inputs=specs, path=path, calibration=cal,
+    return UserModel(label=label, kind=kind, native_format="onnx", inputs=specs, path=path, module=torch_module,
+                     calibration=cal,
                      evaluation=ev, metric=request.metric, reference=reference, recurrent=recurrent,
                      frame_seconds=frame_seconds, notes=tuple(notes), unsupported=unsupported, seed=request.seed,
                      step_calibration=step_calibration)

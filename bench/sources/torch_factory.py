@@ -207,4 +207,4 @@ class TorchFactorySource(ModelSource):
         with torch.no_grad():
             path, notes = export_to_onnx(net, spec, digest.digest(), request)
         prepared, more = prepare(path)
-        return onnx_user_model(prepared, spec, request, notes + more)
+        return onnx_user_model(prepared, spec, request, notes + more, torch_module=net)

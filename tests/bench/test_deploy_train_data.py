@@ -85,3 +85,55 @@ def test_a_python_train_fn_fine_tunes_the_quantized_model_in_place_of_the_built_
         edgesmith.deploy("digits-mlp", "host-cpu", out=tmp_path / "s", variants=["qat-w8a8"],
                          options={"qat_epochs": 1}, tvm=False, reps=5, warmup=1, train_fn=broken)
     assert not (tmp_path / "s").exists()
+
+
+FACTORY = '''
+import torch
+from torch import nn
+
+
+def build():  # a user's own architecture, not a producer: a conv front end and a Linear head, trained here
+    from sklearn.datasets import load_digits
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 8, 3), nn.ReLU(), nn.Flatten(),
+                        nn.Linear(8 * 6 * 6, 10))
+    d = load_digits()
+    x, y = torch.tensor(d.data[:1000] / 16, dtype=torch.float32), torch.tensor(d.target[:1000])
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    for _ in range(80):
+        loss = nn.functional.cross_entropy(net(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return net.eval()
+'''
+
+
+def test_a_users_torch_factory_is_fine_tuned_by_qat_on_their_data(capsys, tmp_path, digits_train):
+    (tmp_path / "net.py").write_text(FACTORY)
+    data = np.load(digits_train / "train.npz")
+    x, y = get_producer("digits-mlp").build().test_data()
+    np.savez(tmp_path / "eval.npz", input=x, labels=y)
+    code, _, err = run_cli(capsys, "deploy", f"{tmp_path / 'net.py'}:build", "--target", "host-cpu",
+                           "--variant", "fp32", "--variant", "qat-w4a8", "--option", "qat_epochs=2",
+                           "--train-data", digits_train / "train.npz", "--eval-data", tmp_path / "eval.npz",
+                           "--no-tvm", "--reps", "5", "--warmup", "1", "--quiet", "--out", tmp_path / "r")
+    assert code == 0, err
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    qat = next(v for v in report["variants"] if v["name"] == "qat-w4a8")
+    assert [p["config"]["kind"] for p in qat["pass_reports"]] == ["torch-source", "qat-w4a8"]
+    assert "on 300 training data (cross-entropy on labels)" in json.dumps(qat["pass_reports"])
+    acc = {r["variant"]: r["evaluation"]["value"] for r in report["results"]}
+    assert acc["fp32"] > 0.85 and acc["qat-w4a8"] > acc["fp32"] - 0.03  # 4-bit weights, accuracy kept
+
+
+def test_an_onnx_file_has_no_torch_module_to_fine_tune(capsys, tmp_path, digits_train):
+    import torch
+
+    torch.onnx.export(torch.nn.Sequential(torch.nn.Linear(64, 10)), (torch.zeros(1, 64),), str(tmp_path / "m.onnx"),
+                      input_names=["input"], output_names=["output"], dynamic_axes={"input": {0: "b"}}, dynamo=False)
+    code, _, err = run_cli(capsys, "deploy", tmp_path / "m.onnx", "--target", "host-cpu", "--option", "qat_epochs=1",
+                           "--train-data", digits_train / "train.npz", "--quiet", "--out", tmp_path / "r")
+    assert_user_error(code, err, "--train-data", "no torch module behind it")
+    assert not (tmp_path / "r").exists()
