@@ -300,6 +300,13 @@ def quiet_onnxruntime() -> Iterator[None]:
             lg.setLevel(lvl)
 
 
+@contextlib.contextmanager
+def scratch_cwd() -> Iterator[None]:
+    """Run inside a temporary working directory (for library code that writes debug files into the cwd)."""
+    with tempfile.TemporaryDirectory(prefix="edgesmith-scratch-") as scratch, contextlib.chdir(scratch):
+        yield
+
+
 def topologically_sorted(model: onnx.ModelProto) -> bool:
     """Put ``model``'s nodes in dependency order in place; False when the graph has a cycle."""
     g = model.graph

@@ -17,7 +17,6 @@ in fp32 are not counted.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import tempfile
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from edgesmith.compress.onnx_analysis import (
     output_sqnr,
     quiet_onnxruntime,
     report_db,
+    scratch_cwd,
     sqnr_db,
     strip_identities,
     tensor_bits,
@@ -190,8 +190,7 @@ def _prepare(src: Path, dst: Path, notes: list[str]) -> None:
     try:
         # when its symbolic shape inference gives up, onnxruntime dumps sym_shape_infer_temp.onnx and
         # uuid-named .data files into the working directory: run it inside a scratch folder instead
-        with quiet_onnxruntime(), tempfile.TemporaryDirectory(prefix="edgesmith-prep-") as scratch, \
-                contextlib.chdir(scratch):
+        with quiet_onnxruntime(), scratch_cwd():
             quant_pre_process(str(stripped), str(dst), skip_optimization=True)
     except Exception as e:  # symbolic shape inference fails on some exotic graphs; quantizing still works
         notes.append(f"quant_pre_process failed ({type(e).__name__}); quantized the model as exported.")

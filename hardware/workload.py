@@ -21,7 +21,7 @@ import numpy as np
 from edgesmith.hardware.base import Workload
 from edgesmith.common import EdgesmithError
 
-_MATMUL_LIKE = {"MatMul", "MatMulInteger", "QLinearMatMul", "MatMulNBits", "Gemm"}
+_MATMUL_LIKE = {"MatMul", "MatMulInteger", "QLinearMatMul", "MatMulNBits", "Gemm", "MatMulIntegerToFloat"}
 _CONV_LIKE = {"Conv", "ConvInteger", "QLinearConv"}
 _INT8_MARKERS = {"QuantizeLinear", "DequantizeLinear", "QLinearMatMul", "QLinearConv", "MatMulInteger",
                  "ConvInteger", "DynamicQuantizeLinear"}
@@ -61,6 +61,9 @@ def workload_from_onnx(path, batch: int = 1, precision: str | None = None, input
     graph = model.graph
     consts = _constant_tensors(graph)
     shapes, dtypes = _value_shapes(graph, consts)
+    missing = _unshaped(graph, shapes)
+    if missing:  # shape inference could not follow the graph (e.g. torch's Unflatten): run it once instead
+        shapes.update(_run_for_shapes(model, missing))
     batch_div = _graph_batch(graph)
 
     macs = 0.0
@@ -86,7 +89,8 @@ def workload_from_onnx(path, batch: int = 1, precision: str | None = None, input
         macs=macs / batch_div, weight_bytes=weight_bytes, activation_bytes=act_bytes / batch_div,
         precision=precision or inferred, n_layers=n_layers, batch=int(batch),
         source=f"ONNX graph analysis of {path.name} (MACs from {n_layers} MatMul/Gemm/Conv-type nodes"
-               + (", dynamic dimensions from the example inputs" if input_shapes else "") + ")",
+               + (", dynamic dimensions from the example inputs" if input_shapes else "")
+               + (f", {len(missing)} shape(s) read off one onnxruntime run on zeros" if missing else "") + ")",
     )
 
 
@@ -109,13 +113,16 @@ def _infer_shapes(model):
     """Shape inference that also knows onnxruntime's contrib ops (MatMulNBits); falls back to onnx's."""
     import onnx
 
+    from edgesmith.compress.onnx_analysis import scratch_cwd
+
     try:
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
-        return SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+        with scratch_cwd():  # where it gives up it dumps sym_shape_infer_temp.onnx + .data files into the cwd
+            return SymbolicShapeInference.infer_shapes(model, auto_merge=True)
     except Exception:  # symbolic inference rejects some graphs; plain inference still gives most shapes
-        try:
-            return onnx.shape_inference.infer_shapes(model)
+        try:  # data propagation follows Shape -> Gather -> Concat -> Reshape chains (torch's Unflatten, view)
+            return onnx.shape_inference.infer_shapes(model, data_prop=True)
         except Exception:
             return model
 
@@ -158,6 +165,45 @@ def _value_shapes(graph, consts) -> tuple[dict[str, list[int]], dict[str, int]]:
             shapes[node.output[0]] = shapes[node.input[0]][:-1] + [int(n)]
             dtypes.setdefault(node.output[0], dtypes.get(node.input[0], 4))
     return shapes, dtypes
+
+
+def _unshaped(graph, shapes) -> list[str]:
+    """Inputs and outputs of MatMul/Gemm/Conv-type nodes whose shapes inference left unknown."""
+    names = []
+    for node in graph.node:
+        if node.op_type in _MATMUL_LIKE or node.op_type in _CONV_LIKE:
+            names += [n for n in (node.input[0], node.output[0]) if n and n not in shapes and n not in names]
+    return names
+
+
+def _run_for_shapes(model, names: list[str]) -> dict[str, list[int]]:
+    """Per-sample shapes of ``names`` from one onnxruntime run on zero inputs (dynamic dims as 1); {} if it fails."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper
+
+    from edgesmith.compress.onnx_analysis import quiet_onnxruntime
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    present = {o.name for o in m.graph.output}
+    m.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names if n not in present)
+    inits = {i.name for i in m.graph.initializer}
+    feeds = {}
+    for vi in m.graph.input:
+        if vi.name in inits or not vi.type.HasField("tensor_type"):
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in vi.type.tensor_type.shape.dim]
+        feeds[vi.name] = np.zeros(dims, helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+    try:
+        with quiet_onnxruntime():
+            so = ort.SessionOptions()
+            so.log_severity_level = 3
+            sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            wanted = [o.name for o in sess.get_outputs() if o.name in names]
+            return {n: list(np.shape(v)) for n, v in zip(wanted, sess.run(wanted, feeds))}
+    except Exception:  # a graph onnxruntime cannot run: the MAC count then names the unknown node
+        return {}
 
 
 def _graph_batch(graph) -> int:

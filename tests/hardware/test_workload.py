@@ -156,3 +156,30 @@ def test_activity_workload_carries_counts():
 def test_activity_rejects_bad_statistics(stats, match):
     with pytest.raises(EdgesmithError, match=match):
         workload_from_activity(stats, 10)
+
+
+def test_shapes_inference_cannot_follow_are_read_off_one_run(tmp_path, monkeypatch):
+    # torch exports Unflatten as a Shape/Slice/Concat chain that neither onnx nor onnxruntime's symbolic
+    # inference resolves; the Conv after it still has to be counted
+    net = nn.Sequential(nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(288, 10))
+    torch.onnx.export(net.eval(), (torch.zeros(2, 64),), str(tmp_path / "m.onnx"), input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {0: "b"}, "y": {0: "b"}}, opset_version=17, dynamo=False)
+    monkeypatch.chdir(tmp_path)
+    w = workload_from_onnx(tmp_path / "m.onnx", input_shapes={"x": [1, 64]})
+    assert w.macs == 8 * 6 * 6 * 9 + 288 * 10 and w.n_layers == 2
+    assert "read off one onnxruntime run" in w.source
+    # onnxruntime's symbolic inference dumps a debug model and uuid .data files into the cwd when it gives up
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_integer_matmul_to_float_is_counted(tmp_path):
+    a = helper.make_tensor_value_info("a", TensorProto.UINT8, [1, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    inits = [numpy_helper.from_array(np.full((16, 4), 130, np.uint8), "w"),
+             numpy_helper.from_array(np.float32(0.1), "sa"), numpy_helper.from_array(np.full(4, 0.2, np.float32), "sw"),
+             numpy_helper.from_array(np.uint8(128), "za"), numpy_helper.from_array(np.full(4, 128, np.uint8), "zw")]
+    node = helper.make_node("MatMulIntegerToFloat", ["a", "w", "sa", "sw", "za", "zw"], ["y"], domain="com.microsoft")
+    model = helper.make_model(helper.make_graph([node], "g", [a], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    onnx.save(model, str(tmp_path / "q.onnx"))
+    assert workload_from_onnx(tmp_path / "q.onnx").macs == 16 * 4
