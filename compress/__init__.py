@@ -34,6 +34,7 @@ PASS_MODULES = (
     "edgesmith.compress.export_nir",  # export-nir
     "edgesmith.compress.qat_brevitas",  # qat-w8a8, qat-w4a8, qat-brevitas
     "edgesmith.compress.torch_source",  # torch-source
+    "edgesmith.compress.qat_loihi",  # qat-w8-loihi
 )
 
 __all__ = [

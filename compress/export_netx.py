@@ -163,7 +163,7 @@ class _Candidate:
     output_bias: np.ndarray
 
 
-def _candidate(fl: list[_Float], input_scale: float) -> _Candidate:
+def _candidate(fl: list[_Float], input_scale: float, floor: list[float] | None = None) -> _Candidate:
     msg_unit = input_scale / 64.0  # M_0
     weights, biases, scales = [], [], []
     out_scale = 0.0
@@ -173,6 +173,10 @@ def _candidate(fl: list[_Float], input_scale: float) -> _Candidate:
         wmax = float(np.abs(f.w).max(initial=0.0))
         bmax = 0.0 if last_sigma else float(np.abs(f.b).max(initial=0.0))
         s = max(wmax / 127.0, f.peak / (cap * msg_unit), bmax / (BIAS_LIMIT * (1 << 12) * msg_unit), 1e-300)
+        if floor and floor[i] >= max(wmax / 127.0, f.peak / (2 * cap * msg_unit)):
+            # a scale QAT trained on: kept while the peak stays inside the true limit (cap is one bit under
+            # it); the bit-exact simulation below still rejects any candidate that overflows
+            s = max(floor[i], bmax / (BIAS_LIMIT * (1 << 12) * msg_unit), 1e-300)
         q = np.clip(np.rint(f.w / s), -127, 127).astype(np.int64)
         unit = s * msg_unit  # U_l
         b = np.zeros(0, np.int64) if last_sigma else np.clip(np.rint(f.b / (unit * (1 << 12))), -BIAS_LIMIT,
@@ -206,8 +210,11 @@ def _score(net, x: np.ndarray, ref: np.ndarray) -> tuple[float, dict]:
     return sqnr_db(ref, out), res.stats
 
 
-def choose_network(module: nn.Module, calibration: np.ndarray, config: ExportNetxConfig):
-    """The fixed-point network with the best calibration output SQNR, its score, and the search's table."""
+def choose_network(module: nn.Module, calibration: np.ndarray, config: ExportNetxConfig, floor: list | None = None,
+                   input_scale: float | None = None):
+    """The fixed-point network with the best calibration output SQNR, its score, and the search's table.
+    ``floor`` and ``input_scale``: the grid a QAT pass trained on (``qat-w8-loihi``): that input scale is tried
+    alone first, and each layer keeps its trained weight scale where the weights and peak still fit it."""
     layers = linear_relu_layers(module)
     x = np.asarray(calibration, np.float64).reshape(len(calibration), -1)
     fl, ref = _float_layers(layers, x)
@@ -221,8 +228,11 @@ def choose_network(module: nn.Module, calibration: np.ndarray, config: ExportNet
     pick = np.sort(rng.choice(len(x), size=min(len(x), N_SEARCH_SAMPLES), replace=False))
     xs, rs = x[pick], ref[pick]
     best, table = None, []
-    for k in range(INPUT_SHIFTS):
-        cand = _candidate(fl, finest * 2.0 ** k)
+    trained = [input_scale] if input_scale else []
+    for i, scale in enumerate(trained + [finest * 2.0 ** k for k in range(INPUT_SHIFTS)]):
+        if i == 1 and trained and best is not None:
+            break  # the trained input scale fits: it is the one the weights were learned for
+        cand = _candidate(fl, scale, floor)
         net = _net_of(cand, fl, config.vth, steps)
         db, stats = _score(net, xs, rs)
         ok = not any(stats["overflow"].values())
@@ -273,7 +283,9 @@ def write_netx(path: Path, cand: _Candidate, layers: list[_Layer], fl: list[_Flo
 @register_pass(ExportNetxConfig)
 def _export_netx(artifact: Artifact, config: ExportNetxConfig, ctx: PassContext) -> PassResult:
     calib = ctx.calibration_checked("calibration data (sets the fixed-point scales)")
-    layers, fl, cand, net, db, table = choose_network(artifact.module, calib, config)
+    layers, fl, cand, net, db, table = choose_network(artifact.module, calib, config,
+                                                      artifact.meta.get("learned_weight_scales"),
+                                                      artifact.meta.get("learned_input_scale"))
     out = ctx.workdir / "model.net"
     write_netx(out, cand, layers, fl, net)
     input_shape = artifact.meta.get("input_shape") or list(np.asarray(calib).shape[1:])
@@ -287,8 +299,18 @@ def _export_netx(artifact: Artifact, config: ExportNetxConfig, ctx: PassContext)
             error={"weight_sqnr_db": report_db(sqnr_db(f.w, q * s)), "weight_bits_used": qbits},
             reason=f"{'Sigma output (bias on the host)' if nl.sigma_output else 'Sigma-Delta ReLU'}, "
                    f"netx weight_exp {nl.weight_exp}, {nl.num_weight_bits} weight bits"))
-    notes = [f"input scale {cand.input_scale:g} (x_int = x / scale) chosen from {len(table)} powers of two by "
-             f"calibration output SQNR ({report_db(db)} dB on {min(len(calib), N_SEARCH_SAMPLES)} samples)"]
+    how = ("the one qat-w8-loihi trained on" if cand.input_scale == artifact.meta.get("learned_input_scale") else
+           f"chosen from {len(table)} powers of two by calibration output SQNR")
+    notes = [f"input scale {cand.input_scale:g} (x_int = x / scale), {how} ({report_db(db)} dB calibration output "
+             f"SQNR on {min(len(calib), N_SEARCH_SAMPLES)} samples)"]
+    from edgesmith.compress.qat_loihi import learned_integers_kept
+
+    kept = learned_integers_kept(artifact.meta, cand.scales)
+    if kept is not None:  # the weights came from qat-w8-loihi: were its integers stored as learned?
+        notes.append(f"QAT weights: {sum(kept)} of {len(kept)} layer(s) store the learned 8-bit integers exactly"
+                     + ("" if all(kept) else "; in the others a bound the training did not see forced a coarser "
+                        "scale, so their weights were rounded again: "
+                        + ", ".join(lyr.name for lyr, k in zip(layers, kept) if not k)))
     if net.layers[-1].sigma_output:
         notes.append("the output layer is a Sigma accumulator (lava-dl's Output block): netx gives it no bias, "
                      "so its bias is added on the host (stored in the file's edgesmith group)")
@@ -296,5 +318,5 @@ def _export_netx(artifact: Artifact, config: ExportNetxConfig, ctx: PassContext)
                         bits_per_weight=8.0, layers=reports, notes=notes,
                         extra={"input_scale": cand.input_scale, "output_scale": cand.output_scale,
                                "calibration_output_sqnr_db": report_db(db), "input_scale_search": table,
-                               "timesteps_per_sample": net.steps_per_sample})
+                               "timesteps_per_sample": net.steps_per_sample, "learned_integers_kept": kept})
     return PassResult(new, report)

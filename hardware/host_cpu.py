@@ -185,22 +185,13 @@ def qat_variants(producer, kopts, runtimes: list[str], where: str, form: str = "
     """Brevitas QAT variants (qat-w8a8, qat-w4a8), ``kopts.qat_epochs`` of fine-tuning, exported in ``form``, for
     a torch model whose producer offers training data; else none, with the reason for each (reported as unavailable)."""
     from edgesmith.compress.qat_brevitas import QatW4A8Config, QatW8A8Config
-    from edgesmith.compress.torch_source import TorchSourceConfig, torch_source
-    from edgesmith.models.base import Producer
+    from edgesmith.compress.torch_source import TorchSourceConfig
 
     names = ("qat-w8a8", "qat-w4a8")
-    if not kopts.qat_epochs:
-        return [], {n: "set --option qat_epochs=3 (or more) to fine-tune the QAT variants." for n in names}
-    if torch_source(producer) is None:
-        return [], {n: f"QAT fine-tunes a torch model; this one is {producer.native_format} with no torch module behind "
-                       "it (deploy its torch form, path/to/file.py:factory)." for n in names}
+    why = qat_unavailable(producer, kopts)
+    if why:
+        return [], {n: why for n in names}
     back = [TorchSourceConfig()] if producer.native_format == "onnx" else []  # the export's torch module
-    own = getattr(producer, "user_training_", None) is not None or type(producer).training_data is not Producer.training_data \
-        or getattr(producer, "user_train_fn_", None) is not None
-    if not own and producer.calibration_data(1) is None:
-        return [], {n: f"{getattr(producer, 'name', 'this model')} offers no training data to fine-tune on: pass "
-                       "--train-data (inputs, labels inside) or --calibration-data (QAT then distils the float "
-                       "model on it)." for n in names}
     epochs = int(kopts.qat_epochs)
     return [Variant("qat-w8a8", back + [QatW8A8Config(epochs=epochs, form=form)], list(runtimes),
                     f"brevitas QAT, 8-bit weights and inputs, QCDQ ONNX ({where})"),
@@ -208,6 +199,25 @@ def qat_variants(producer, kopts, runtimes: list[str], where: str, form: str = "
                     list(runtimes),
                     f"brevitas QAT, 4-bit weights (per channel){_kept(kopts.qat_keep_8bit)}, 8-bit inputs, QCDQ ONNX "
                     f"({where})")], {}
+
+
+def qat_unavailable(producer, kopts) -> str | None:
+    """Why QAT variants cannot be offered for ``producer`` (None when they can): no epochs asked for, no torch
+    module behind the model, or no data to fine-tune on."""
+    from edgesmith.compress.torch_source import torch_source
+    from edgesmith.models.base import Producer
+
+    if not kopts.qat_epochs:
+        return "set --option qat_epochs=3 (or more) to fine-tune the QAT variants."
+    if torch_source(producer) is None:
+        return (f"QAT fine-tunes a torch model; this one is {producer.native_format} with no torch module behind it "
+                "(deploy its torch form, path/to/file.py:factory).")
+    own = getattr(producer, "user_training_", None) is not None or type(producer).training_data is not Producer.training_data \
+        or getattr(producer, "user_train_fn_", None) is not None
+    if not own and producer.calibration_data(1) is None:
+        return (f"{getattr(producer, 'name', 'this model')} offers no training data to fine-tune on: pass --train-data "
+                "(inputs, labels inside) or --calibration-data (QAT then distils the float model on it).")
+    return None
 
 
 def _kept(n: int) -> str:

@@ -206,6 +206,9 @@ class Loihi2(Target):
 
     def plan_tensor(self, producer, options: PlanOptions, kopts) -> Plan:
         from edgesmith.compress.export_netx import ExportNetxConfig
+        from edgesmith.compress.qat_loihi import QatLoihiConfig
+        from edgesmith.compress.torch_source import TorchSourceConfig
+        from edgesmith.hardware.host_cpu import qat_unavailable
 
         if producer.native_format == "nir":  # a NIR graph of LIF-family neurons: fixed-point Lava LIF layers
             from edgesmith.compress.import_nir import ImportNirConfig
@@ -232,8 +235,16 @@ class Loihi2(Target):
         variants = [Variant("sigma-delta", imports + [ExportNetxConfig()], ["lava"],
                             "fixed-point Sigma-Delta network, written as netx HDF5 and run by lava-dl's netx in Lava "
                             "(Loihi2SimCfg fixed_pt)")]
-        return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance,
-                    [ACTIVITY_NOTE])
+        why = qat_unavailable(producer, kopts)
+        if why is None:
+            back = [TorchSourceConfig()] if producer.native_format == "onnx" else []
+            variants.append(Variant("sigma-delta-qat", back + [QatLoihiConfig(epochs=int(kopts.qat_epochs)),
+                                                               ExportNetxConfig()], ["lava"],
+                                    "brevitas QAT on the conversion's own fixed-point grid (8-bit weights learned, "
+                                    "not rounded), then the same netx Sigma-Delta network in Lava"))
+        unavailable = {} if why is None else {"sigma-delta-qat": why}
+        return Plan(self.name, select_variants(self.name, variants, options.variants, unavailable),
+                    self.latency_provenance, [ACTIVITY_NOTE])
 
     def plan_stream(self, producer, options: PlanOptions, kopts) -> Plan:
         from edgesmith.compress.lrnn.fixed import ExportLrnnFixedConfig
