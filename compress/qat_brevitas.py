@@ -62,12 +62,7 @@ class QatBrevitasConfig(PassConfig):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 2 <= v <= 8:
                 self._fail(name, f"is {v!r}", "use a whole number of bits from 2 to 8.")
-        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 0:
-            self._fail("epochs", f"is {self.epochs!r}", "use zero or more epochs (0: calibration only).")
-        if not 0.0 < float(self.lr) < 1.0:
-            self._fail("lr", f"is {self.lr!r}", "use a small positive learning rate, e.g. 1e-4.")
-        if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
-            self._fail("batch", f"is {self.batch!r}", "use a batch of at least one sample.")
+        check_training_fields(self, "0: calibration only")
         k = self.keep_8bit
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             self._fail("keep_8bit", f"is {k!r}", "use how many of the most sensitive layers keep 8-bit weights (0: none).")
@@ -77,6 +72,16 @@ class QatBrevitasConfig(PassConfig):
         for name, bits in dict(self.layer_bits).items():
             if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 8:
                 self._fail("layer_bits", f"gives {name!r} {bits!r} bits", "use whole numbers of bits from 2 to 8.")
+
+
+def check_training_fields(config: PassConfig, zero_epochs: str) -> None:
+    """The fine-tuning fields every QAT config shares: ``epochs``, ``lr``, ``batch``."""
+    if isinstance(config.epochs, bool) or not isinstance(config.epochs, int) or config.epochs < 0:
+        config._fail("epochs", f"is {config.epochs!r}", f"use zero or more epochs ({zero_epochs}).")
+    if not 0.0 < float(config.lr) < 1.0:
+        config._fail("lr", f"is {config.lr!r}", "use a small positive learning rate, e.g. 1e-4.")
+    if isinstance(config.batch, bool) or not isinstance(config.batch, int) or config.batch < 1:
+        config._fail("batch", f"is {config.batch!r}", "use a batch of at least one sample.")
 
 
 @dataclass

@@ -46,12 +46,9 @@ class QatLoihiConfig(PassConfig):
     seed: int = 0
 
     def validate(self) -> None:
-        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 0:
-            self._fail("epochs", f"is {self.epochs!r}", "use zero or more epochs (0: the rounded weights, no training).")
-        if not 0.0 < float(self.lr) < 1.0:
-            self._fail("lr", f"is {self.lr!r}", "use a small positive learning rate, e.g. 1e-4.")
-        if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
-            self._fail("batch", f"is {self.batch!r}", "use a batch of at least one sample.")
+        from edgesmith.compress.qat_brevitas import check_training_fields
+
+        check_training_fields(self, "0: the conversion's rounded weights, no training")
 
 
 def _on_grid(module: nn.Module, input_scale: float, scales: list[float]) -> nn.Module:

@@ -11,7 +11,8 @@ float activations), ptq-w8a8 / ptq-w4a8 (brevitas with calibration only: the sam
 fine-tuning), ptq-w4a8-k1 (the same, with the one layer whose 4-bit weights move the outputs most kept at 8
 bits: the pass's sensitivity table) and qat-w8a8 / qat-w4a8 (brevitas QAT, ``--epochs`` of cross-entropy on the labels, over
 ``--seeds`` fine-tuning seeds: mean and standard deviation). Every brevitas variant is exported in the
-``ort-integer`` form (Linear layers as MatMulIntegerToFloat, convolutions QCDQ). Size on disk, bits per
+``ort-integer`` form (Linear layers as MatMulIntegerToFloat, convolutions QCDQ); with ``--tvm`` one more row,
+qat-w8a8-qcdq: brevitas's portable QCDQ file compiled by TVM (untuned, seed 0). Size on disk, bits per
 weight, p50 batch-1 latency (this process, 1 thread, median of ``reps`` runs) and the fine-tuning wall
 time are measured. The goal check per model: QAT W4A8 within 0.5 points of fp32 where the 4-bit PTQ
 variants lose more. Writes ``table.json``, ``table.md`` and ``qat_vs_ptq.png`` into ``out``.
@@ -154,14 +155,24 @@ def _p50(rt, x: np.ndarray, reps: int) -> float:
     return float(np.median(times))
 
 
-def case_rows(case: Case, epochs: int, seeds: int, workdir: Path, reps: int) -> list[dict]:
+TVM_VARIANT = "qat-w8a8-qcdq"  # brevitas's portable QCDQ file, compiled by TVM (seed 0 only: a compile each)
+
+
+def case_rows(case: Case, epochs: int, seeds: int, workdir: Path, reps: int, tvm: bool = False,
+              only: tuple[str, ...] | None = None) -> list[dict]:
     from edgesmith.compress import Artifact, PassContext, config_from_dict, run_passes
     from edgesmith.runtimes import get_runtime
 
     x, y = case.train
     rows = []
-    for variant, plan in _plans(epochs).items():
-        runs = seeds if variant.startswith("qat") else 1
+    plans = _plans(epochs)
+    if tvm:
+        plans[TVM_VARIANT] = [{"kind": "qat-w8a8", "epochs": epochs, "form": "qcdq"}]
+    for variant, plan in plans.items():
+        if only is not None and variant not in only:
+            continue
+        runs = seeds if variant.startswith("qat") and variant != TVM_VARIANT else 1
+        runtime = "tvm" if variant == TVM_VARIANT else "onnxruntime"
         values, fine_tune, last = [], [], None
         for seed in range(runs):
             folder = workdir / f"{case.name}-{variant}-{seed}"
@@ -169,13 +180,13 @@ def case_rows(case: Case, epochs: int, seeds: int, workdir: Path, reps: int) -> 
             passes = [config_from_dict({**p, "seed": seed} if p["kind"].startswith("qat") else p) for p in plan]
             ctx = PassContext(workdir=folder, calibration=x[:128], example_input=x[:1], train_data=(x, y), progress=False)
             art, reports = run_passes(Artifact("torch", module=case.module), passes, ctx)
-            rt = get_runtime("onnxruntime", threads=1).load(art)
+            rt = get_runtime(runtime, threads=1).load(art)
             metric, value = case.score(lambda f: rt.run(np.asarray(f, np.float32)).outputs)
             values.append(value)
             fine_tune.append(reports[-1].extra.get("fine_tune_s") or 0.0)
             last = (art, reports, rt)
         art, reports, rt = last
-        rows.append({"model": case.name, "source": case.source, "variant": variant, "runtime": "onnxruntime",
+        rows.append({"model": case.name, "source": case.source, "variant": variant, "runtime": runtime,
                      "metric": metric, "value": float(np.mean(values)), "values": values,
                      "sd": float(np.std(values, ddof=1)) if len(values) > 1 else None,
                      "size_bytes": art.size_bytes(), "bits_per_weight": reports[-1].bits_per_weight,
@@ -212,7 +223,7 @@ def markdown(rows: list[dict], epochs: int, seeds: int = 1) -> str:
         bits = "-" if r["bits_per_weight"] is None else f"{r['bits_per_weight']:.2f}"
         ft = "-" if not r["fine_tune_s"] else f"{r['fine_tune_s']:.1f} s"
         value = f"{r['value']:.4f}" + (f" ± {r['sd']:.4f}" if r.get("sd") is not None else "")
-        lines.append(f"| {r['model']} | {r['variant']} | {r['metric']} | {value} | {r['size_bytes'] / 1024:.1f} KiB | "
+        lines.append(f"| {r['model']} | {r['variant']}{' (TVM)' if r.get('runtime') == 'tvm' else ''} | {r['metric']} | {value} | {r['size_bytes'] / 1024:.1f} KiB | "
                      f"{bits} | {r['p50_s'] * 1e6:.1f} us | {ft} |")
     lines += ["", "Goal (QAT W4A8 within 0.5 points of fp32 where 4-bit PTQ loses more; accuracy loss in points):", ""]
     for m, g in goal(rows).items():
@@ -247,7 +258,7 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def run(epochs: int = 3, quick: bool = False, reps: int = 100, seeds: int = 3, log=print) -> list[dict]:
+def run(epochs: int = 3, quick: bool = False, reps: int = 100, seeds: int = 3, tvm: bool = False, log=print) -> list[dict]:
     import torch
 
     # torch's OpenMP workers spin after each training step and steal the cores onnxruntime is timed on
@@ -260,7 +271,7 @@ def run(epochs: int = 3, quick: bool = False, reps: int = 100, seeds: int = 3, l
         cases += _architecture_cases(quick)
         for case in cases:
             log(f"{case.name}: {', '.join(VARIANTS)}")
-            rows += case_rows(case, epochs, seeds, Path(tmp), reps)
+            rows += case_rows(case, epochs, seeds, Path(tmp), reps, tvm=tvm)
     return rows
 
 
@@ -271,10 +282,11 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny noise-cnn and briefly trained architectures")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--seeds", type=int, default=3, help="QAT fine-tuning seeds per cell")
+    ap.add_argument("--tvm", action="store_true", help=f"also {TVM_VARIANT}: the QCDQ file compiled by TVM (untuned)")
     a = ap.parse_args(argv)
     out = Path(a.out)
     refuse_existing(out, a.force)
-    rows = run(a.epochs, a.quick, reps=20 if a.quick else 100, seeds=a.seeds)
+    rows = run(a.epochs, a.quick, reps=20 if a.quick else 100, seeds=a.seeds, tvm=a.tvm)
     md = write_claim(out, a.force, {"epochs": a.epochs, "seeds": a.seeds, "rows": rows, "goal": goal(rows)},
                      lambda r: markdown(r["rows"], r["epochs"], r["seeds"]),
                      lambda folder: plot(rows, folder / "qat_vs_ptq.png") or ["qat_vs_ptq.png"])

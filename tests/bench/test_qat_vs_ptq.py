@@ -42,3 +42,12 @@ def test_goal_reads_losses_in_points_against_fp32():
     assert np.isclose(g["loss_points"]["ptq-w4a8"], 2.0) and g["qat_within_0.5"] and g["goal_case_met"]
     rows[-1]["value"] = 0.90
     assert not Q.goal(rows)["m"]["goal_case_met"]
+
+
+def test_the_portable_qcdq_file_runs_in_tvm_with_the_accuracy_onnxruntime_gives(tmp_path):
+    case = Q._producer_case("digits-mlp", quick=False)
+    rows = Q.case_rows(case, epochs=1, seeds=1, workdir=tmp_path, reps=3, tvm=True, only=("qat-w8a8", Q.TVM_VARIANT))
+    by = {r["variant"]: r for r in rows}
+    assert by[Q.TVM_VARIANT]["runtime"] == "tvm" and by[Q.TVM_VARIANT]["export"]["form"] == "qcdq"
+    # same seed, same fine-tuning: the two files differ only in how the Linear layers are computed
+    assert abs(by[Q.TVM_VARIANT]["value"] - by["qat-w8a8"]["value"]) <= 0.006
