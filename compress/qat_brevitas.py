@@ -27,7 +27,8 @@ import torch
 from torch import nn
 
 from edgesmith.common import EdgesmithError, atomic_path, check_finite_array, seed_everything
-from edgesmith.compress.base import Artifact, PassConfig, PassContext, PassReport, PassResult, register_pass
+from edgesmith.compress.base import (Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult,
+                                    register_pass)
 from edgesmith.compress.export_onnx import INPUT_NAME, OUTPUT_NAME
 
 QUANT_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d)
@@ -320,6 +321,29 @@ def _lowering_gap(qcdq, lowered, x: np.ndarray) -> dict:
             "lowering_argmax_agreement": float(np.mean(ref.argmax(1) == low.argmax(1)))}
 
 
+def layer_reports(original: nn.Module, model: nn.Module, layers: list[dict], table: list[dict]) -> list[LayerReport]:
+    """Per quantized layer: weight SQNR of the exported integer weights against the float model's weights
+    (rounding and fine-tuning together) and against the fine-tuned latent weights (rounding alone), and the
+    sensitivity table's output SQNR when there is one."""
+    from edgesmith.compress.onnx_analysis import report_db, sqnr_db
+
+    before = dict(original.named_modules())
+    after = dict(model.named_modules())
+    sens = {r["layer"]: r for r in table}
+    out = []
+    with torch.no_grad():
+        for layer in layers:
+            q = after[layer["name"]]
+            w_int = q.quant_weight().value.detach().double().numpy()
+            err = {"weight_sqnr_db": report_db(sqnr_db(before[layer["name"]].weight.detach().double().numpy(), w_int)),
+                   "rounding_sqnr_db": report_db(sqnr_db(q.weight.detach().double().numpy(), w_int))}
+            if layer["name"] in sens:
+                err["output_sqnr_db_alone"] = report_db(sens[layer["name"]]["sqnr_db"])
+            out.append(LayerReport(layer["name"], "quantized", float(layer["weight_bits"]), layer["params"], err,
+                                   f"brevitas {layer['type']}, per-channel {layer['weight_bits']}-bit weights"))
+    return out
+
+
 def _lowering_notes(info: dict) -> list[str]:
     if info["form"] != "ort-integer":
         return []
@@ -367,6 +391,7 @@ def _qat(artifact: Artifact, config: QatBrevitasConfig, ctx: PassContext) -> Pas
     quantized = sum(layer["params"] for layer in layers)
     bits = sum(layer["params"] * layer["weight_bits"] for layer in layers) / max(1, quantized)
     report = PassReport(config.to_dict(), "torch", "onnx", artifact.size_bytes(), new.size_bytes(), bits_per_weight=bits,
+                        layers=layer_reports(artifact.module, model, layers, table),
                         notes=[f"{len(layers)} layer(s) as brevitas QuantLinear/QuantConv, per-channel weights "
                                f"({bits:.2f} bits on average), inputs {config.act_bits}-bit per tensor",
                                (f"activation scales calibrated on {len(x)} {source}, then fine-tuned by "

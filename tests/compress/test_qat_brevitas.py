@@ -120,3 +120,17 @@ def test_keep_8bit_is_validated_and_round_trips():
         QatW4A8Config(keep_8bit=-2)
     cfg = QatW4A8Config(keep_8bit=1, layer_bits={"4": 3})
     assert config_from_dict(json.loads(cfg.to_json())) == cfg
+
+
+def test_the_report_gives_each_layer_its_weight_error(tmp_path):
+    p = get_producer("digits-mlp").build()
+    x, y = p.training_data()
+    ctx = PassContext(workdir=tmp_path, example_input=x[:1], calibration=x[:64], train_data=(x, y), progress=False)
+    _, reports = run_passes(source_artifact(p), [QatW4A8Config(epochs=0, keep_8bit=1)], ctx)
+    rows = {r.name: r for r in reports[-1].layers}
+    assert sorted(rows) == ["0", "2", "4"] and all(r.action == "quantized" for r in rows.values())
+    for r in rows.values():
+        # no fine-tuning: the latent weights are the float ones, so both errors are the rounding alone
+        assert r.error["weight_sqnr_db"] == r.error["rounding_sqnr_db"] > 10
+        assert "output_sqnr_db_alone" in r.error
+    assert rows["4"].bits_per_weight == 8 and rows["4"].error["rounding_sqnr_db"] > rows["0"].error["rounding_sqnr_db"]
