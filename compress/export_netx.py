@@ -59,6 +59,7 @@ SIGMA_PEAK = 2 ** 20  # hidden layers: act >> 6 then stays below 2**14, one bit 
 OUTPUT_SIGMA_PEAK = 2 ** 22  # a Sigma output layer sends nothing on: one bit under the 24-bit state
 BIAS_LIMIT = 2 ** 15 - 1
 N_SEARCH_SAMPLES = 256
+QAT_PEAK_SLACK = 1.25  # how far a QAT-trained layer's peak may pass the cap before its trained scale is given up
 INPUT_SHIFTS = 13  # input scales tried: the finest allowed, and up to 2**12 times coarser
 
 
@@ -173,9 +174,10 @@ def _candidate(fl: list[_Float], input_scale: float, floor: list[float] | None =
         wmax = float(np.abs(f.w).max(initial=0.0))
         bmax = 0.0 if last_sigma else float(np.abs(f.b).max(initial=0.0))
         s = max(wmax / 127.0, f.peak / (cap * msg_unit), bmax / (BIAS_LIMIT * (1 << 12) * msg_unit), 1e-300)
-        if floor and floor[i] >= max(wmax / 127.0, f.peak / (2 * cap * msg_unit)):
-            # a scale QAT trained on: kept while the peak stays inside the true limit (cap is one bit under
-            # it); the bit-exact simulation below still rejects any candidate that overflows
+        if floor and floor[i] >= max(wmax / 127.0, f.peak / (QAT_PEAK_SLACK * cap * msg_unit)):
+            # the scale QAT trained on: kept while the peak (moved a little by the training) stays within a
+            # quarter above the cap, which is a bit under the true limit; the bit-exact simulation below still
+            # rejects any candidate that overflows on the calibration data
             s = max(floor[i], bmax / (BIAS_LIMIT * (1 << 12) * msg_unit), 1e-300)
         q = np.clip(np.rint(f.w / s), -127, 127).astype(np.int64)
         unit = s * msg_unit  # U_l
