@@ -73,6 +73,25 @@ def load_model(path: str | Path) -> onnx.ModelProto:
                              "re-run the export step that wrote it.") from None
 
 
+def constant_arrays(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+    """Every constant of ``graph`` by name: its initializers and the values of its Constant nodes."""
+    out = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant":
+            for attr in node.attribute:
+                if attr.name == "value":
+                    out[node.output[0]] = numpy_helper.to_array(attr.t)
+    return out
+
+
+def node_attr(node: onnx.NodeProto, name: str, default=None):
+    """The value of ``node``'s attribute ``name``, or ``default`` when it has none."""
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
 def initializers(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
     return {t.name: t for t in model.graph.initializer}
 
@@ -219,13 +238,14 @@ def report_db(value: float | None) -> float | None:
 
 
 def with_extra_outputs(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
-    """An in-memory copy of ``model`` that also returns the tensors ``names`` (float tensors)."""
+    """An in-memory copy of ``model`` that also returns the tensors ``names`` (of any element type: the outputs
+    are declared without a type and onnxruntime takes the producer's)."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
     present = {o.name for o in m.graph.output}
     for name in names:
         if name not in present:
-            m.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+            m.graph.output.append(onnx.ValueInfoProto(name=name))
             present.add(name)
     return m
 

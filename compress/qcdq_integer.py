@@ -24,22 +24,14 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from edgesmith.compress.onnx_analysis import constant_arrays, node_attr
+
 MS_DOMAIN = "com.microsoft"
 
 
-def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    out = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    for n in model.graph.node:
-        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
-            out[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
-    return out
-
-
-def _attr(node: onnx.NodeProto, name: str, default):
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
+def _clip_bounds(node: onnx.NodeProto, consts: dict) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """A Clip node's constant (min, max); None for a bound it does not give or that is not constant."""
+    return tuple(consts.get(node.input[i]) if len(node.input) > i and node.input[i] else None for i in (1, 2))
 
 
 def _int_weight(name: str, consts: dict, producers: dict) -> np.ndarray | None:
@@ -49,8 +41,7 @@ def _int_weight(name: str, consts: dict, producers: dict) -> np.ndarray | None:
     node = producers.get(name)
     if node is None or node.op_type != "Clip" or node.input[0] not in consts:
         return None
-    lo = consts.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
-    hi = consts.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    lo, hi = _clip_bounds(node, consts)
     w = consts[node.input[0]]
     return np.clip(w, lo if lo is not None else w.min(), hi if hi is not None else w.max()).astype(w.dtype)
 
@@ -65,8 +56,7 @@ def _activation_chain(dq_a: onnx.NodeProto, consts: dict, producers: dict):
     node = producers.get(dq_a.input[0])
     clip = None
     if node is not None and node.op_type == "Clip":
-        lo = consts.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
-        hi = consts.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        lo, hi = _clip_bounds(node, consts)
         if lo is None or hi is None:
             return None
         clip, node = (lo, hi), producers.get(node.input[0])
@@ -83,7 +73,7 @@ def lower_gemms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     """Replace every QCDQ Gemm with MatMulIntegerToFloat; returns the new model and how many were lowered."""
     model = onnx.ModelProto.FromString(model.SerializeToString())
     g = model.graph
-    consts = _constants(model)
+    consts = constant_arrays(g)
     producers = {o: n for n in g.node for o in n.output}
     users: dict[str, int] = {}
     for n in g.node:
@@ -92,8 +82,8 @@ def lower_gemms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     replaced: dict[int, list[onnx.NodeProto]] = {}
     new_inits = []
     for idx, gemm in enumerate(g.node):
-        if gemm.op_type != "Gemm" or _attr(gemm, "transA", 0) or _attr(gemm, "alpha", 1.0) != 1.0 \
-                or _attr(gemm, "beta", 1.0) != 1.0:
+        if gemm.op_type != "Gemm" or node_attr(gemm, "transA", 0) or node_attr(gemm, "alpha", 1.0) != 1.0 \
+                or node_attr(gemm, "beta", 1.0) != 1.0:
             continue
         dq_a, dq_w = producers.get(gemm.input[0]), producers.get(gemm.input[1])
         if dq_a is None or dq_w is None or dq_a.op_type != "DequantizeLinear" or dq_w.op_type != "DequantizeLinear":
@@ -105,9 +95,9 @@ def lower_gemms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
         w_scale, w_zp = consts.get(dq_w.input[1]), consts.get(dq_w.input[2])
         if w is None or w.ndim != 2 or w.dtype not in (np.int8, np.uint8) or w_scale is None or w_zp is None:
             continue
-        trans_b = _attr(gemm, "transB", 0)
+        trans_b = node_attr(gemm, "transB", 0)
         n_out = w.shape[0] if trans_b else w.shape[1]
-        axis = _attr(dq_w, "axis", 1)
+        axis = node_attr(dq_w, "axis", 1)
         per_out = w_scale.size == n_out and (axis == 0 if trans_b else axis == 1)
         if not (w_scale.size == 1 or per_out) or w_zp.size != w_scale.size or w_zp.dtype != w.dtype:
             continue

@@ -59,7 +59,9 @@ def workload_from_onnx(path, batch: int = 1, precision: str | None = None, input
         _fix_input_dims(model, input_shapes)
     model = _infer_shapes(model)
     graph = model.graph
-    consts = _constant_tensors(graph)
+    from edgesmith.compress.onnx_analysis import constant_arrays
+
+    consts = constant_arrays(graph)
     shapes, dtypes = _value_shapes(graph, consts)
     missing = _unshaped(graph, shapes)
     if missing:  # shape inference could not follow the graph (e.g. torch's Unflatten): run it once instead
@@ -127,18 +129,6 @@ def _infer_shapes(model):
             return model
 
 
-def _constant_tensors(graph) -> dict[str, np.ndarray]:
-    from onnx import numpy_helper
-
-    out = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
-    for node in graph.node:
-        if node.op_type == "Constant":
-            for attr in node.attribute:
-                if attr.name == "value":
-                    out[node.output[0]] = numpy_helper.to_array(attr.t)
-    return out
-
-
 def _dims(type_proto) -> list[int] | None:
     if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
         return None
@@ -148,6 +138,7 @@ def _dims(type_proto) -> list[int] | None:
 
 def _value_shapes(graph, consts) -> tuple[dict[str, list[int]], dict[str, int]]:
     """Per-sample shape and element size of every named tensor the graph knows about."""
+    from edgesmith.compress.onnx_analysis import node_attr
     from onnx import helper
 
     shapes: dict[str, list[int]] = {k: list(v.shape) for k, v in consts.items()}
@@ -161,7 +152,7 @@ def _value_shapes(graph, consts) -> tuple[dict[str, list[int]], dict[str, int]]:
             dtypes.setdefault(vi.name, np.dtype(helper.tensor_dtype_to_np_dtype(elem)).itemsize)
     for node in graph.node:  # MatMulNBits outputs when only plain shape inference ran
         if node.op_type == "MatMulNBits" and node.output[0] not in shapes and node.input[0] in shapes:
-            n = _attr(node, "N")
+            n = node_attr(node, "N")
             shapes[node.output[0]] = shapes[node.input[0]][:-1] + [int(n)]
             dtypes.setdefault(node.output[0], dtypes.get(node.input[0], 4))
     return shapes, dtypes
@@ -177,31 +168,21 @@ def _unshaped(graph, shapes) -> list[str]:
 
 
 def _run_for_shapes(model, names: list[str]) -> dict[str, list[int]]:
-    """Per-sample shapes of ``names`` from one onnxruntime run on zero inputs (dynamic dims as 1); {} if it fails."""
-    import onnx
-    import onnxruntime as ort
+    """Shapes of ``names`` from one onnxruntime run on zero inputs (dynamic dims as 1); {} if it cannot run."""
     from onnx import helper
 
-    from edgesmith.compress.onnx_analysis import quiet_onnxruntime
+    from edgesmith.compress.onnx_analysis import capture_tensors, quiet_onnxruntime
 
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    present = {o.name for o in m.graph.output}
-    m.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names if n not in present)
-    inits = {i.name for i in m.graph.initializer}
+    inits = {i.name for i in model.graph.initializer}
     feeds = {}
-    for vi in m.graph.input:
+    for vi in model.graph.input:
         if vi.name in inits or not vi.type.HasField("tensor_type"):
             continue
         dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in vi.type.tensor_type.shape.dim]
         feeds[vi.name] = np.zeros(dims, helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
     try:
         with quiet_onnxruntime():
-            so = ort.SessionOptions()
-            so.log_severity_level = 3
-            sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-            wanted = [o.name for o in sess.get_outputs() if o.name in names]
-            return {n: list(np.shape(v)) for n, v in zip(wanted, sess.run(wanted, feeds))}
+            return {n: list(v.shape) for n, v in capture_tensors(model, names, feeds).items()}
     except Exception:  # a graph onnxruntime cannot run: the MAC count then names the unknown node
         return {}
 
@@ -216,28 +197,21 @@ def _graph_batch(graph) -> int:
     return 1
 
 
-def _attr(node, name: str, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            from onnx import helper
-
-            return helper.get_attribute_value(a)
-    return default
-
-
 def _node_macs(node, shapes) -> float | None:
     """Multiply-accumulates of one node, or None if it is not a MAC-carrying layer."""
+    from edgesmith.compress.onnx_analysis import node_attr
+
     op = node.op_type
     if op in _MATMUL_LIKE:
         a_name = node.input[0]
         out = shapes.get(node.output[0])
         if op == "MatMulNBits":
-            k = int(_attr(node, "K"))
+            k = int(node_attr(node, "K"))
             if out is None and a_name in shapes:
-                out = shapes[a_name][:-1] + [int(_attr(node, "N"))]
+                out = shapes[a_name][:-1] + [int(node_attr(node, "N"))]
         elif op == "Gemm":
             a = shapes.get(a_name)
-            k = None if a is None else (a[0] if _attr(node, "transA", 0) else a[-1])
+            k = None if a is None else (a[0] if node_attr(node, "transA", 0) else a[-1])
         else:
             b_name = node.input[3] if op == "QLinearMatMul" else node.input[1]
             b = shapes.get(b_name)
