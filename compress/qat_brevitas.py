@@ -97,6 +97,25 @@ class QatW4A8Config(QatBrevitasConfig):
     weight_bits: int = 4
 
 
+def copy_parameters(dst: nn.Module, src: nn.Module) -> nn.Module:
+    """``src``'s weight (and bias) into its quantized twin ``dst``; returns ``dst``."""
+    with torch.no_grad():
+        dst.weight.copy_(src.weight)
+        if src.bias is not None:
+            dst.bias.copy_(src.bias)
+    return dst
+
+
+def swap_layers(parent: nn.Module, types: tuple, twin, prefix: str = "") -> None:
+    """Replace, in place and at any depth, every child of one of ``types`` by ``twin(full_name, child)``."""
+    for name, child in parent.named_children():
+        full = f"{prefix}{name}"
+        if isinstance(child, types):
+            setattr(parent, name, twin(full, child))
+        else:
+            swap_layers(child, types, twin, full + ".")
+
+
 def quantized_copy(module: nn.Module, config: QatBrevitasConfig) -> tuple[nn.Module, list[dict]]:
     """A copy of ``module`` with every Linear/Conv swapped for its brevitas twin; and the layers swapped."""
     import brevitas.nn as qnn
@@ -119,25 +138,14 @@ def quantized_copy(module: nn.Module, config: QatBrevitasConfig) -> tuple[nn.Mod
             cls = qnn.QuantConv1d if isinstance(m, nn.Conv1d) else qnn.QuantConv2d
             q = cls(m.in_channels, m.out_channels, m.kernel_size, stride=m.stride, padding=m.padding,
                     dilation=m.dilation, groups=m.groups, **common)
-        with torch.no_grad():
-            q.weight.copy_(m.weight)
-            if m.bias is not None:
-                q.bias.copy_(m.bias)
+        copy_parameters(q, m)
         layers.append({"name": name, "type": type(m).__name__, "weight_bits": bits, "params": int(m.weight.numel())})
         return q
-
-    def swap(parent: nn.Module, prefix: str) -> None:
-        for name, child in parent.named_children():
-            full = f"{prefix}{name}"
-            if isinstance(child, QUANT_LAYERS):
-                setattr(parent, name, twin(full, child))
-            else:
-                swap(child, full + ".")
 
     if isinstance(model, QUANT_LAYERS):
         raise EdgesmithError("qat passes take a model that contains layers, not a bare layer.",
                              "wrap the layer in an nn.Sequential.")
-    swap(model, "")
+    swap_layers(model, QUANT_LAYERS, twin)
     if not layers:
         raise EdgesmithError("the model has no Linear or Conv layer for brevitas to quantize.",
                              "use int8-qdq or int4-weight-only on models without such layers.")
@@ -305,18 +313,10 @@ def export_qcdq(model: nn.Module, example: np.ndarray, path, form: str = "qcdq",
 def _lowering_gap(qcdq, lowered, x: np.ndarray) -> dict:
     """Max |difference| between the QCDQ and the lowered graph's outputs, relative to the largest output, and
     how often their arg-max agrees (a rounding flipped at an inner quantizer moves an output by one step)."""
-    import onnxruntime as ort
+    from edgesmith.compress.onnx_analysis import capture_tensors, quiet_onnxruntime
 
-    from edgesmith.compress.onnx_analysis import quiet_onnxruntime
-
-    outs = []
     with quiet_onnxruntime():
-        for m in (qcdq, lowered):
-            so = ort.SessionOptions()
-            so.log_severity_level = 3
-            sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-            outs.append(sess.run(None, {INPUT_NAME: x})[0])
-    ref, low = (o.reshape(len(x), -1) for o in outs)
+        ref, low = (capture_tensors(m, [OUTPUT_NAME], x)[OUTPUT_NAME].reshape(len(x), -1) for m in (qcdq, lowered))
     return {"lowering_checked": len(x), "lowering_max_rel_diff": float(np.abs(ref - low).max() / max(float(np.abs(ref).max()), 1e-30)),
             "lowering_argmax_agreement": float(np.mean(ref.argmax(1) == low.argmax(1)))}
 
@@ -371,7 +371,7 @@ def _qat(artifact: Artifact, config: QatBrevitasConfig, ctx: PassContext) -> Pas
 
         table = layer_sensitivity(artifact.module, x, config)
         keep = {r["layer"]: 8 for r in table[: config.keep_8bit]}
-        config = dataclasses.replace(config, layer_bits={**keep, **config.layer_bits}, keep_8bit=config.keep_8bit)
+        config = dataclasses.replace(config, layer_bits={**keep, **config.layer_bits})
         sensitivity_note = [f"sensitivity ({len(table)} layers, each alone at {table[0]['bits']} bits, the rest at 8; "
                             f"output SQNR vs fp32): kept at 8 bits " + ", ".join(
                                 f"{r['layer']} ({r['sqnr_db']:.1f} dB)" for r in table[: config.keep_8bit])

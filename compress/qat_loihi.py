@@ -57,26 +57,19 @@ def _on_grid(module: nn.Module, input_scale: float, scales: list[float]) -> nn.M
     from brevitas.inject.enum import ScalingImplType
     from brevitas.quant import Int8ActPerTensorFloat, Int8WeightPerTensorFloat
 
+    from edgesmith.compress.qat_brevitas import copy_parameters, swap_layers
+
     model = copy.deepcopy(module).float()
     todo = iter(scales)
 
-    def swap(parent: nn.Module) -> None:
-        for name, child in parent.named_children():
-            if isinstance(child, nn.Linear):
-                s = next(todo)
-                q = qnn.QuantLinear(child.in_features, child.out_features, bias=child.bias is not None,
-                                    weight_quant=Int8WeightPerTensorFloat, weight_bit_width=8, weight_narrow_range=True,
-                                    weight_scaling_impl_type=ScalingImplType.CONST, weight_scaling_const=s * 127.0,
-                                    input_quant=None, return_quant_tensor=False)
-                with torch.no_grad():
-                    q.weight.copy_(child.weight)
-                    if child.bias is not None:
-                        q.bias.copy_(child.bias)
-                setattr(parent, name, q)
-            else:
-                swap(child)
+    def twin(name: str, child: nn.Linear) -> nn.Module:
+        s = next(todo)  # named_children walks the layers in the order the conversion listed them
+        return copy_parameters(qnn.QuantLinear(
+            child.in_features, child.out_features, bias=child.bias is not None, weight_quant=Int8WeightPerTensorFloat,
+            weight_bit_width=8, weight_narrow_range=True, weight_scaling_impl_type=ScalingImplType.CONST,
+            weight_scaling_const=s * 127.0, input_quant=None, return_quant_tensor=False), child)
 
-    swap(model)
+    swap_layers(model, (nn.Linear,), twin)
     top = input_scale * (2 ** (INPUT_BITS - 1) - 1)
     quant_in = qnn.QuantIdentity(act_quant=Int8ActPerTensorFloat, bit_width=INPUT_BITS,
                                  scaling_impl_type=ScalingImplType.CONST, scaling_const=top, max_val=top, min_val=-top,
