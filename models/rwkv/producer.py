@@ -1,9 +1,12 @@
-"""Producers "rwkv6-ref" and "rwkv7-ref": the shipped stdlib-text reference models.
+"""Producers "rwkv6-ref" and "rwkv7-ref": the stdlib-text reference models. ``size="small"`` (default) is the
+shipped 2 layers x 128 pair; ``size="large"`` (``model_options = { size = "large" }``) is 6 layers x 512 on
+the same text, trained longer, kept in the cache and not shipped (``train.SIZES``).
 
 Inputs are byte-token windows (int64, shape (seq_len,)); calibration windows come from the
 training split only, evaluation is next-byte perplexity on the held-out split (lower is better).
 ``build`` loads ``models/rwkv/weights/rwkv{6,7}-ref.pth``; if a user deleted them it retrains
-(``python -m edgesmith.models.rwkv.train --version N`` does the same from the command line).
+(``python -m edgesmith.models.rwkv.train --version N`` does the same from the command line). The large
+ones are not retrained behind a user's back (hours on a CPU): a missing file is an error naming the command.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from edgesmith.models.base import Evaluation, Metric, Producer, register_produce
 from edgesmith.common import EdgesmithError
 from edgesmith.models.rwkv.checkpoint import load_rwkv, save_rwkv
 from edgesmith.models.rwkv.data import load_splits, load_validation, sequences
-from edgesmith.models.rwkv.train import TrainSettings, reference_paths, train, window_nll
+from edgesmith.models.rwkv.train import SIZES, TrainSettings, reference_paths, train, window_nll
 
 
 class RWKVReference(Producer):
@@ -27,10 +30,11 @@ class RWKVReference(Producer):
     seq_len: int = 128
     eval_seq_len: int = 256
 
-    def __init__(self, seed: int = 0, eval_sequences: int = 64, validation: bool = False):
+    def __init__(self, seed: int = 0, eval_sequences: int = 64, validation: bool = False, size: str = "small"):
         super().__init__(seed=seed)
         self.eval_sequences = eval_sequences
         self.validation = validation
+        self.size = size
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -47,7 +51,13 @@ class RWKVReference(Producer):
             raise EdgesmithError(f"eval_sequences is {n!r}.", "use a whole number of windows >= 1 (default 64).")
         if not isinstance(self.validation, bool):
             raise EdgesmithError(f"validation is {self.validation!r}.", "use true or false.")
-        pth, _ = reference_paths(self.version)
+        if self.size not in SIZES:
+            raise EdgesmithError(f"size is {self.size!r}.", f"use one of {', '.join(map(repr, SIZES))}.")
+        pth, _ = reference_paths(self.version, size=self.size)
+        if not pth.exists() and self.size != "small":
+            raise EdgesmithError(f"{self.name}: its weights {pth} are not there (they are trained here, not shipped).",
+                                 f"train them: python -m edgesmith.models.rwkv.train --version {self.version} "
+                                 f"--size {self.size} --device cuda (a few minutes on a GPU; many hours on --device cpu).")
         if not pth.exists():
             model, _ = train(TrainSettings(version=self.version, seed=self.seed))
             save_rwkv(model, pth, dtype=torch.float16)

@@ -2,6 +2,13 @@
 
     python -m edgesmith.models.rwkv.train --version 6            # -> models/rwkv/weights/rwkv6-ref.pth (+ .json)
     python -m edgesmith.models.rwkv.train --version 7 --force    # replace the shipped weights
+    python -m edgesmith.models.rwkv.train --version 7 --size large --steps 1200 --device cuda
+                                                                 # -> <cache>/rwkv/rwkv7-ref-large.pth (+ .json)
+
+Sizes (``SIZES``): "small" is the shipped 2 layers x 128 pair (minutes on a CPU); "large" is 6 layers x 512
+with 64-wide heads, trained longer on bigger batches, for the quantization table where weight distributions
+must be far from uniform. It is not shipped (about 40 MB in fp16): it lives in the cache, and training it
+takes a GPU a few minutes or a 2-core CPU many hours.
 
 The weights are saved in fp16 (official key names, loadable by ``load_rwkv``) beside a JSON file
 with the settings, the data fingerprint, the training loss and the held-out perplexity. Training
@@ -19,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from edgesmith.common import EdgesmithError, seed_everything, write_json
+from edgesmith.common import EdgesmithError, cache_dir, seed_everything, write_json
 from edgesmith.models.rwkv.base import RWKVConfig
 from edgesmith.models.rwkv.checkpoint import build_model, save_rwkv
 from edgesmith.models.rwkv.data import load_splits, sequences
@@ -41,10 +48,24 @@ class TrainSettings:
     seed: int = 0
     eval_seq_len: int = 256
     eval_sequences: int = 64
+    device: str = "cpu"
 
 
-def reference_paths(version: int, weights_dir: Path = WEIGHTS_DIR) -> tuple[Path, Path]:
-    return weights_dir / f"rwkv{version}-ref.pth", weights_dir / f"rwkv{version}-ref.json"
+SIZES = {  # the settings each size changes from TrainSettings' defaults
+    "small": {},
+    "large": {"n_layer": 6, "n_embd": 512, "head_size": 64, "seq_len": 128, "batch": 128, "steps": 1200, "lr": 1e-3,
+              "weight_decay": 0.1},
+}
+
+
+def reference_paths(version: int, weights_dir: Path | None = None, size: str = "small") -> tuple[Path, Path]:
+    """The weights and facts files of a reference model: the shipped folder for "small", the cache for "large"."""
+    if size not in SIZES:
+        raise EdgesmithError(f"unknown reference size {size!r}.", f"use one of {', '.join(SIZES)}.")
+    if weights_dir is None:
+        weights_dir = WEIGHTS_DIR if size == "small" else cache_dir() / "rwkv"
+    stem = f"rwkv{version}-ref" + ("" if size == "small" else f"-{size}")
+    return weights_dir / f"{stem}.pth", weights_dir / f"{stem}.json"
 
 
 @torch.no_grad()
@@ -57,7 +78,7 @@ def window_nll(forward, windows: np.ndarray, batch: int = 16) -> np.ndarray:
     for i in range(0, len(windows), batch):
         x = np.ascontiguousarray(windows[i:i + batch])
         logits = forward(torch.from_numpy(x[:, :-1]))
-        logits = logits.detach().numpy() if isinstance(logits, torch.Tensor) else np.asarray(logits)
+        logits = logits.detach().float().cpu().numpy() if isinstance(logits, torch.Tensor) else np.asarray(logits)
         out.append(token_nll(logits, x[:, 1:].astype(np.int64)).mean(1))
     return np.concatenate(out)
 
@@ -67,13 +88,15 @@ def perplexity(forward, windows: np.ndarray, batch: int = 16) -> float:
     return math.exp(float(window_nll(forward, windows, batch).mean()))
 
 
-def train(settings: TrainSettings, log=print):
-    """Train one reference model; returns (model, facts dict)."""
+def train(settings: TrainSettings, log=print, text_root: str | Path | None = None):
+    """Train one reference model; returns (model on the CPU, facts dict). ``text_root``: the standard library
+    folder to read (default: this interpreter's); the facts' data fingerprint says which text it was."""
     seed_everything(settings.seed)
-    splits = load_splits()
+    splits = load_splits(root=text_root)
     cfg = RWKVConfig(version=settings.version, n_layer=settings.n_layer, n_embd=settings.n_embd,
                      head_size=settings.head_size)
-    model = build_model(cfg)
+    device = torch.device(settings.device)
+    model = build_model(cfg).to(device)
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         (decay if p.ndim == 2 and ("weight" in name) and "ln" not in name else no_decay).append(p)
@@ -87,47 +110,59 @@ def train(settings: TrainSettings, log=print):
         for g in opt.param_groups:
             g["lr"] = lr
         starts = rng.integers(0, len(splits.train) - settings.seq_len - 1, size=settings.batch)
-        x = torch.from_numpy(np.stack([splits.train[s:s + settings.seq_len + 1] for s in starts]))
+        x = torch.from_numpy(np.stack([splits.train[s:s + settings.seq_len + 1] for s in starts])).to(device)
         logits, _ = model(x[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(float(loss.detach()))
+        losses.append(loss.detach())
         if step % 50 == 0 or step == settings.steps - 1:
-            log(f"step {step:4d}  loss {np.mean(losses[-50:]):.3f}  lr {lr:.2e}  {time.perf_counter() - t0:.0f}s")
+            losses = [float(v) for v in losses]  # one device sync per 50 steps, not per step
+            el = time.perf_counter() - t0
+            log(f"step {step:4d}/{settings.steps}  loss {np.mean(losses[-50:]):.3f}  lr {lr:.2e}  {el:.0f}s  "
+                f"{(step + 1) / el:.2f} step/s  ETA {el / (step + 1) * (settings.steps - step - 1):.0f}s")
+    losses = [float(v) for v in losses]
     model.eval()
     windows = sequences(splits.eval, settings.eval_seq_len + 1, settings.eval_sequences)
-    ppl = perplexity(lambda x: model(x)[0], windows)
+    ppl = perplexity(lambda x: model(x.to(device))[0], windows)
     facts = {"settings": asdict(settings), "config": cfg.to_dict(), "train_seconds": time.perf_counter() - t0,
              "final_train_loss": float(np.mean(losses[-50:])), "eval_perplexity": ppl,
              "eval_tokens": int(windows[:, 1:].size), "data_fingerprint": splits.fingerprint(),
-             "torch": torch.__version__, "threads": torch.get_num_threads()}
+             "torch": torch.__version__, "threads": torch.get_num_threads(),
+             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
     log(f"held-out perplexity {ppl:.3f} over {facts['eval_tokens']} bytes")
-    return model, facts
+    return model.cpu(), facts
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--version", type=int, choices=(6, 7), required=True)
-    ap.add_argument("--steps", type=int, default=TrainSettings.steps)
-    ap.add_argument("--n-layer", type=int, default=TrainSettings.n_layer)
-    ap.add_argument("--n-embd", type=int, default=TrainSettings.n_embd)
-    ap.add_argument("--head-size", type=int, default=TrainSettings.head_size)
+    ap.add_argument("--size", choices=sorted(SIZES), default="small", help="the preset (see SIZES)")
+    ap.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the size's)")
+    ap.add_argument("--n-layer", type=int, default=None)
+    ap.add_argument("--n-embd", type=int, default=None)
+    ap.add_argument("--head-size", type=int, default=None)
+    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="torch device to train on (cpu, cuda)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 keeps runs reproducible and polite)")
-    ap.add_argument("--out-dir", type=Path, default=WEIGHTS_DIR)
+    ap.add_argument("--text-root", type=Path, default=None,
+                    help="a Python standard library folder to train on (default: this interpreter's)")
+    ap.add_argument("--out-dir", type=Path, default=None, help="default: the shipped folder (small) or the cache")
     ap.add_argument("--force", action="store_true", help="replace existing weights")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
-    s = TrainSettings(version=a.version, steps=a.steps, n_layer=a.n_layer, n_embd=a.n_embd, head_size=a.head_size,
-                      seed=a.seed)
-    pth, js = reference_paths(a.version, a.out_dir)
+    given = {k: getattr(a, k) for k in ("steps", "n_layer", "n_embd", "head_size", "batch", "lr")
+             if getattr(a, k) is not None}
+    s = TrainSettings(**{**SIZES[a.size], **given, "version": a.version, "seed": a.seed, "device": a.device})
+    pth, js = reference_paths(a.version, a.out_dir, a.size)
     if pth.exists() and not a.force:
         raise SystemExit(f"{pth} exists; pass --force to replace it.")
     try:
-        model, facts = train(s)
+        model, facts = train(s, text_root=a.text_root)
         save_rwkv(model, pth, dtype=torch.float16, force=a.force)
     except EdgesmithError as e:
         raise SystemExit(str(e)) from None
