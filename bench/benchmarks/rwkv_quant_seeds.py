@@ -1,0 +1,233 @@
+"""RTN, GPTQ, GPTVQ and RWKVQuant on the large reference models, with 95% intervals over calibration seeds.
+
+    python -m edgesmith.bench.benchmarks.rwkv_quant_seeds [--workers N] [--models rwkv7-ref] \
+        [--out-dir bench/results/rwkv_quant_seeds] [--sweep-dir DIR]
+
+The cells are an ``edgesmith sweep`` (``bench/recipes/sweeps/rwkv-quant-seeds.toml``): the 6-layer x 512
+reference models (``model_options.size = "large"``; train them first, see ``models/rwkv/train.py``), each
+quantizer at 3 and 4 code bits (about 3.3 and 4.3 bits per weight), once per calibration seed (the seed draws
+the 64 calibration windows from the training split; RTN reads none and runs once), all scored on the same
+evaluation windows in onnxruntime on the step graph. Pass defaults throughout: SQ group 64, VQ d=2, the
+token-shift vectors codebook-quantized, RWKVQuant at the paper's percentile (90).
+
+Per model and bit width the script reports each method's perplexity and its increase over fp32 as the mean
+over seeds with a 95% Student-t interval, and the goal of the issue: RWKVQuant's increase over the best
+baseline's (the baseline with the lowest mean increase), as a ratio paired by seed (the same seed gives both
+methods the same calibration windows) with its own interval. "met" needs the interval's upper end <= 0.75;
+"met on the mean" only the mean. It also reads the excess kurtosis of every block linear of each model, so a
+reader can see how far from uniform (-1.2) the weights are. Writes ``table_*.md``, ``results_*.json`` and
+``dppl_vs_bpw_*.png``.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import numpy as np
+
+from edgesmith.bench.sweep import RECIPES
+from edgesmith.common import EdgesmithError, atomic_path, write_json
+
+RECIPE = RECIPES / "rwkv-quant-seeds.toml"
+BASELINES = ("rtn", "gptq", "gptvq")
+METHODS = (*BASELINES, "rwkvquant")
+GOAL = 0.75  # RWKVQuant's perplexity increase at most this share of the best baseline's
+
+
+def interval(values) -> dict:
+    """Mean, sample SD and the 95% Student-t half-width of ``values`` (half-width 0 for one value: a method that
+    reads no calibration data has nothing to vary over seeds)."""
+    from scipy import stats
+
+    v = np.asarray(values, dtype=float)
+    if len(v) == 0:
+        raise EdgesmithError("no values to summarise.", "run the sweep's cells first.")
+    sd = float(v.std(ddof=1)) if len(v) > 1 else 0.0
+    half = float(stats.t.ppf(0.975, len(v) - 1) * sd / math.sqrt(len(v))) if len(v) > 1 else 0.0
+    return {"mean": float(v.mean()), "sd": sd, "ci95": half, "n": int(len(v))}
+
+
+def _quant_cell(report: dict) -> dict:
+    """The one quantized variant of a cell: method, bits, seed, perplexity, bpw and the quantizer's facts."""
+    (res,) = [r for r in report["results"] if r["runtime"] == "onnxruntime"]
+    (var,) = [v for v in report["variants"] if v["name"] == res["variant"]]
+    if res["variant"] == "fp32":
+        return {"method": "fp32", "seed": report["seed"], "ppl": res["evaluation"]["value"],
+                "n_tokens": res["evaluation"]["n_samples"], "size_bytes": res["size_bytes"]}
+    quant = var["pass_reports"][0]
+    cfg = quant["config"]
+    return {"method": cfg["kind"].removeprefix("rwkv-"), "bits": cfg["bits"], "seed": report["seed"],
+            "ppl": res["evaluation"]["value"], "bpw": quant["bits_per_weight"], "seconds": quant["seconds"],
+            "n_sq": quant["extra"]["n_sq"], "n_vq": quant["extra"]["n_vq"], "size_bytes": quant["size_after_bytes"],
+            "percentile": cfg["sq_percentile"]}
+
+
+def _paired_ratio(rq: dict, best: dict) -> dict:
+    """RWKVQuant's Δppl over the best baseline's, per seed (a seedless baseline pairs with every seed)."""
+    if len(best["dppl"]) == 1:
+        ref = dict.fromkeys(rq["seeds"], best["dppl"][0])
+    else:
+        ref = dict(zip(best["seeds"], best["dppl"]))
+    common = [s for s in rq["seeds"] if s in ref]
+    if not common:
+        raise EdgesmithError("RWKVQuant and the best baseline share no calibration seed.", "run both on the same seeds.")
+    if any(ref[s] <= 0 for s in common):
+        return {"status": "n/a", "why": f"{best['method']} loses no perplexity on some seed: no ratio to take"}
+    ratios = [d / ref[s] for s, d in zip(rq["seeds"], rq["dppl"]) if s in ref]
+    r = interval(ratios)
+    status = "met" if r["mean"] + r["ci95"] <= GOAL else "met on the mean" if r["mean"] <= GOAL else "not met"
+    return {**r, "per_seed": ratios, "baseline": best["method"], "status": status}
+
+
+def seed_table(reports: list[dict]) -> list[dict]:
+    """Per model: fp32, then per bit width every method's per-seed perplexities with mean and 95% interval of the
+    increase over fp32, and the goal ratio. Each model needs exactly one fp32 cell."""
+    models: dict = {}
+    for report in reports:
+        models.setdefault(report["model"], []).append(_quant_cell(report))
+    results = []
+    for name, cells in models.items():
+        fps = [c for c in cells if c["method"] == "fp32"]
+        if len(fps) != 1:
+            raise EdgesmithError(f"{name}: {len(fps)} fp32 cells, not 1.", "the recipe lists fp32 once per model.")
+        fp = fps[0]["ppl"]
+        groups: dict = {}
+        for c in cells:
+            if c["method"] != "fp32":
+                groups.setdefault((c["bits"], c["method"]), []).append(c)
+        rows, goals = [], []
+        for bits in sorted({b for b, _ in groups}):
+            by_method = {}
+            for method in METHODS:
+                cs = sorted(groups.get((bits, method), []), key=lambda c: c["seed"])
+                if len({c["seed"] for c in cs}) < len(cs):
+                    raise EdgesmithError(f"{name} {method} {bits}-bit: a seed appears twice.", "run each seed once.")
+                if not cs:
+                    continue
+                dppl = [c["ppl"] - fp for c in cs]
+                row = {"method": method, "bits": bits, "seeds": [c["seed"] for c in cs],
+                       "ppl": [c["ppl"] for c in cs], "dppl": dppl, "ppl_stats": interval([c["ppl"] for c in cs]),
+                       "dppl_stats": interval(dppl), "bpw": float(np.mean([c["bpw"] for c in cs])),
+                       "seconds": float(np.mean([c["seconds"] for c in cs])),
+                       "n_sq": [c["n_sq"] for c in cs], "n_vq": [c["n_vq"] for c in cs],
+                       "size_bytes": int(np.mean([c["size_bytes"] for c in cs]))}
+                rows.append(row)
+                by_method[method] = row
+            base = [by_method[m] for m in BASELINES if m in by_method]
+            if base and "rwkvquant" in by_method:
+                best = min(base, key=lambda r: r["dppl_stats"]["mean"])
+                goals.append({"bits": bits, **_paired_ratio(by_method["rwkvquant"], best)})
+        results.append({"model": name, "fp32_ppl": fp, "eval_tokens": fps[0]["n_tokens"],
+                        "fp32_size_bytes": fps[0]["size_bytes"], "rows": rows, "goals": goals})
+    return results
+
+
+def weight_kurtosis(model: str, size: str = "large") -> dict:
+    """Excess kurtosis of each block linear (att/ffn weight matrices) of a reference model: -1.2 is uniform,
+    0 Gaussian, trained LLM checkpoints are far above 0."""
+    from scipy import stats
+
+    from edgesmith.models.rwkv.checkpoint import load_rwkv
+    from edgesmith.models.rwkv.train import reference_paths
+
+    m = load_rwkv(reference_paths(int(model.removeprefix("rwkv").split("-")[0]), size=size)[0])
+    per: dict = {}
+    for n, p in m.named_parameters():
+        if p.ndim == 2 and n.endswith(".weight") and (".att." in n or ".ffn." in n):
+            per.setdefault(n.split(".", 2)[2], []).append(float(stats.kurtosis(p.detach().numpy().ravel())))
+    every = [k for ks in per.values() for k in ks]
+    return {"median": float(np.median(every)), "min": float(min(every)), "max": float(max(every)),
+            "by_matrix": {k: [round(x, 2) for x in v] for k, v in per.items()}}
+
+
+def run_seeds(recipe: Path, sweep_dir: Path, *, models=None, workers: int | None = None, ray: str | None = None,
+              log=print) -> tuple[list[dict], dict]:
+    from edgesmith.bench.sweep import cell_report, require_done, run_sweep
+
+    select = None if models is None else (lambda cell: cell.spec["model"] in models)
+    sweep = require_done(run_sweep(recipe, sweep_dir, workers=workers, ray=ray, log=log, select=select), sweep_dir)
+    return seed_table([cell_report(sweep_dir, c["key"]) for c in sweep["cells"]]), sweep["run"]
+
+
+def _pm(s: dict, scale: float = 1.0, fmt: str = ".4f") -> str:
+    return f"{scale * s['mean']:{fmt}}" + (f" ± {scale * s['ci95']:{fmt}}" if s["n"] > 1 else " (no calibration)")
+
+
+def markdown(results: list[dict]) -> str:
+    lines = []
+    for res in results:
+        kurt = res.get("kurtosis")
+        lines += [f"### {res['model']} large (fp32 perplexity {res['fp32_ppl']:.4f} on {res['eval_tokens']} bytes, "
+                  f"{res['fp32_size_bytes'] / 1e6:.1f} MB)", ""]
+        if kurt:
+            lines += [f"Block linears' excess kurtosis: median {kurt['median']:+.2f}, range {kurt['min']:+.2f} to "
+                      f"{kurt['max']:+.2f} (uniform -1.2, Gaussian 0).", ""]
+        lines += ["| method | bits | bpw | seeds | perplexity (mean ± 95% CI) | Δ vs fp32 (mean ± 95% CI) "
+                  "| Δ per seed | SQ/VQ layers | quantize s |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in res["rows"]:
+            layers = ", ".join(sorted({f"{s}/{v}" for s, v in zip(r["n_sq"], r["n_vq"])}))
+            lines.append(f"| {r['method']} | {r['bits']} | {r['bpw']:.3f} | {len(r['seeds'])} | {_pm(r['ppl_stats'])} "
+                         f"| {_pm(r['dppl_stats'], fmt='+.4f')} | {', '.join(f'{d:+.4f}' for d in r['dppl'])} "
+                         f"| {layers} | {r['seconds']:.0f} |")
+        lines.append("")
+        for g in res["goals"]:
+            if g["status"] == "n/a":
+                lines.append(f"- {g['bits']}-bit: goal n/a ({g['why']})")
+            else:
+                lines.append(f"- {g['bits']}-bit: RWKVQuant Δ / best baseline ({g['baseline']}) Δ = "
+                             f"{g['mean']:.2f} ± {g['ci95']:.2f} (per seed {', '.join(f'{x:.2f}' for x in g['per_seed'])}); "
+                             f"goal <= {GOAL}: **{g['status']}**")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4), squeeze=False)
+    for ax, res in zip(axes[0], results):
+        for i, method in enumerate(METHODS):
+            rs = sorted((r for r in res["rows"] if r["method"] == method), key=lambda r: r["bpw"])
+            if rs:
+                ax.errorbar([r["bpw"] for r in rs], [r["dppl_stats"]["mean"] for r in rs],
+                            yerr=[r["dppl_stats"]["ci95"] for r in rs], marker="o", capsize=3, color=f"C{i}", label=method)
+        ax.set_title(f"{res['model']} large"), ax.set_xlabel("bits per weight (block linears)")
+        ax.set_ylabel("perplexity increase over fp32 (95% CI over seeds)"), ax.legend(fontsize=8)
+    fig.tight_layout()
+    with atomic_path(path, force=True) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=None, help="a subset of the recipe's models")
+    ap.add_argument("--workers", type=int, default=None, help="sweep cells at a time (default: one per core)")
+    ap.add_argument("--ray", default=None, help="run the cells on Ray: auto, an address, or local")
+    ap.add_argument("--sweep-dir", type=Path, default=Path("runs/sweeps/rwkv-quant-seeds"))
+    ap.add_argument("--out-dir", type=Path, default=Path("bench/results/rwkv_quant_seeds"))
+    a = ap.parse_args(argv)
+    try:
+        results, run = run_seeds(RECIPE, a.sweep_dir, models=a.models, workers=a.workers, ray=a.ray)
+        for res in results:
+            res["kurtosis"] = weight_kurtosis(res["model"])
+    except EdgesmithError as e:
+        raise SystemExit(str(e)) from None
+    a.out_dir.mkdir(parents=True, exist_ok=True)
+    tag = "_".join(r["model"] for r in results)
+    write_json(a.out_dir / f"results_{tag}.json", {"recipe": str(RECIPE), "sweep_dir": str(a.sweep_dir),
+                                                  "sweep_run": run, "models": results})
+    md = markdown(results)
+    with atomic_path(a.out_dir / f"table_{tag}.md", force=True) as tmp:
+        tmp.write_text(md)
+    plot(results, a.out_dir / f"dppl_vs_bpw_{tag}.png")
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

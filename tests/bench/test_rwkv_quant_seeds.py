@@ -1,0 +1,85 @@
+"""The seed-interval table of the large-model RWKVQuant comparison (bench/benchmarks/rwkv_quant_seeds.py):
+intervals over calibration seeds, the goal ratio paired by seed, and the recipe's cells."""
+from __future__ import annotations
+
+import pytest
+from scipy import stats
+
+from edgesmith.common import EdgesmithError
+
+
+def _report(model, method, seed, ppl, bits=3):
+    """A deploy report cut to what the table reads: one variant, fp32 or quantized."""
+    name = "fp32" if method == "fp32" else f"{method}-{bits}bit"
+    res = {"variant": name, "runtime": "onnxruntime", "size_bytes": 400,
+           "evaluation": {"value": ppl, "n_samples": 512}}
+    var = {"name": name, "pass_reports": [] if method == "fp32" else [{
+        "config": {"kind": method if method == "rwkvquant" else f"rwkv-{method}", "bits": bits, "sq_percentile": 90.0},
+        "bits_per_weight": bits + 0.3, "seconds": 2.0, "size_after_bytes": 100,
+        "extra": {"n_sq": 11, "n_vq": 1}}]}
+    return {"model": model, "seed": seed, "results": [res], "variants": [var]}
+
+
+def _reports(rq=(5.02, 5.03, 5.04), gptq=(5.10, 5.12, 5.08), rtn=5.3, fp=5.0):
+    out = [_report("m", "fp32", 0, fp), _report("m", "rtn", 0, rtn)]
+    out += [_report("m", "gptq", s, p) for s, p in enumerate(gptq)]
+    out += [_report("m", "rwkvquant", s, p) for s, p in enumerate(rq)]
+    return out
+
+
+def test_intervals_are_student_t_over_seeds_and_the_goal_ratio_pairs_by_seed():
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import markdown, seed_table
+
+    (res,) = seed_table(_reports(rq=(5.02, 5.03, 5.06)))
+    rows = {r["method"]: r for r in res["rows"]}
+    d = [0.10, 0.12, 0.08]
+    assert rows["gptq"]["dppl"] == pytest.approx(d)
+    half = stats.t.ppf(0.975, 2) * stats.tstd(d) / 3 ** 0.5
+    assert rows["gptq"]["dppl_stats"]["ci95"] == pytest.approx(half) and rows["gptq"]["dppl_stats"]["mean"] == pytest.approx(0.1)
+    assert rows["rtn"]["dppl_stats"]["ci95"] == 0 and rows["rtn"]["dppl_stats"]["n"] == 1  # reads no calibration
+    (goal,) = res["goals"]
+    assert goal["baseline"] == "gptq"  # lowest mean increase of the baselines
+    assert goal["per_seed"] == pytest.approx([0.02 / 0.10, 0.03 / 0.12, 0.06 / 0.08])
+    assert goal["status"] == "met on the mean"  # mean 0.4, but seed 2 alone is 0.75: the interval reaches past 1
+    (res,) = seed_table(_reports(rq=(5.02, 5.03, 5.04)))
+    assert res["goals"][0]["status"] == "met"  # ratios 0.2, 0.25, 0.5: upper end 0.72
+    md = markdown([res])
+    assert "**met**" in md
+    (res,) = seed_table(_reports(rq=(5.02, 5.03, 5.06)))
+    md = markdown([res])
+    assert "| gptq | 3 | 3.300 | 3 |" in md and "**met on the mean**" in md and "(no calibration)" in md
+
+
+def test_goal_not_met_and_undefined_ratio_are_reported_as_such():
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import seed_table
+
+    (res,) = seed_table(_reports(rq=(5.2, 5.2, 5.2)))
+    assert res["goals"][0]["status"] == "not met"
+    # the seedless RTN as the best baseline pairs with every seed; a baseline that loses nothing gives no ratio
+    (res,) = seed_table(_reports(rtn=5.01, gptq=(5.2, 5.2, 5.2)))
+    assert res["goals"][0]["baseline"] == "rtn" and res["goals"][0]["per_seed"] == pytest.approx([2.0, 3.0, 4.0])
+    (res,) = seed_table(_reports(rtn=4.99))
+    assert res["goals"][0]["status"] == "n/a"
+
+
+def test_cells_must_have_one_fp32_and_distinct_seeds():
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import seed_table
+
+    with pytest.raises(EdgesmithError, match="2 fp32 cells"):
+        seed_table(_reports() + [_report("m", "fp32", 1, 5.0)])
+    with pytest.raises(EdgesmithError, match="a seed appears twice"):
+        seed_table(_reports() + [_report("m", "gptq", 0, 5.1)])
+
+
+def test_recipe_runs_each_quantizer_once_per_seed_and_seedless_ones_once():
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import RECIPE
+    from edgesmith.bench.sweep import load_sweep
+
+    _, cells = load_sweep(RECIPE)
+    per = {}
+    for c in cells:
+        assert c.spec["model_options"]["size"] == "large" and len(c.spec["plan"]["variants"]) == 1
+        per.setdefault((c.spec["model"], c.spec["plan"]["variants"][0]), set()).add(c.spec["seed"])
+    assert per[("rwkv7-ref", "fp32")] == per[("rwkv7-ref", "rtn-3bit")] == {0}
+    assert per[("rwkv6-ref", "rwkvquant-4bit")] == per[("rwkv7-ref", "gptvq-3bit")] == {0, 1, 2}
+    assert len(cells) == 2 * (1 + 2 + 2 * 3 * 3)  # per model: fp32, RTN at 3 and 4 bits, the rest x 3 seeds
