@@ -178,7 +178,9 @@ def matmulnbits_in_cache(threads: int, k: int = 1024, n: int = 4096, bits: int =
                             block_size=bs, accuracy_level=4)
     g = helper.make_graph([node], "kernel", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])], inits)
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    # IR 8 (opset 17's): the onnx package's default IR can be newer than an older onnxruntime reads
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=8)
     sess = ort_session(model.SerializeToString(), threads)
     x = rng.standard_normal((1, k)).astype(np.float32)
     for _ in range(20):
@@ -254,6 +256,8 @@ def main(argv=None) -> int:
                         entry[str(t)]["profile"] = op_profile(path, spec, t)
                         entry[str(t)]["profile"]["matmulnbits_in_cache"] = matmulnbits_in_cache(t)
                 res["graphs"][f"{name}/{graph}"] = entry
+                if a.out:  # what is measured so far survives a later failure
+                    write_json(a.out, res)
     print(f"read bandwidth: {', '.join(f'{t} thread(s) {v / 1e9:.1f} GB/s' for t, v in bw.items())}")
     print("| model | graph | threads | MB/token | tokens/s | bound tokens/s | x bound |\n|---|---|---|---|---|---|---|")
     for name, graph, t, moved, r in rows:
