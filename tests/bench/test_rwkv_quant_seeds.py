@@ -41,13 +41,14 @@ def test_intervals_are_student_t_over_seeds_and_the_goal_ratio_pairs_by_seed():
     assert goal["baseline"] == "gptq"  # lowest mean increase of the baselines
     assert goal["per_seed"] == pytest.approx([0.02 / 0.10, 0.03 / 0.12, 0.06 / 0.08])
     assert goal["status"] == "met on the mean"  # mean 0.4, but seed 2 alone is 0.75: the interval reaches past 1
+    assert goal["diff"]["mean"] == pytest.approx(((0.02 - 0.10) + (0.03 - 0.12) + (0.06 - 0.08)) / 3)
     (res,) = seed_table(_reports(rq=(5.02, 5.03, 5.04)))
     assert res["goals"][0]["status"] == "met"  # ratios 0.2, 0.25, 0.5: upper end 0.72
     md = markdown([res])
     assert "**met**" in md
     (res,) = seed_table(_reports(rq=(5.02, 5.03, 5.06)))
     md = markdown([res])
-    assert "| gptq | 3 | 3.300 | 3 |" in md and "**met on the mean**" in md and "(no calibration)" in md
+    assert "| gptq | 3 | 3.300 | 3 |" in md and "+0.1000 ± 0.0497" in md and "**met on the mean**" in md and "(no calibration)" in md
 
 
 def test_goal_not_met_and_undefined_ratio_are_reported_as_such():
@@ -60,6 +61,7 @@ def test_goal_not_met_and_undefined_ratio_are_reported_as_such():
     assert res["goals"][0]["baseline"] == "rtn" and res["goals"][0]["per_seed"] == pytest.approx([2.0, 3.0, 4.0])
     (res,) = seed_table(_reports(rtn=4.99))
     assert res["goals"][0]["status"] == "n/a"
+    assert res["goals"][0]["diff"]["mean"] == pytest.approx(0.03 + 0.01)  # the difference stays defined
 
 
 def test_cells_must_have_one_fp32_and_distinct_seeds():
