@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from edgesmith.bench.sweep import RECIPES
-from edgesmith.common import EdgesmithError, atomic_path, write_json
+from edgesmith.bench.benchmarks.rwkv_quant_table import model_axes, write_outputs
+from edgesmith.common import EdgesmithError
 
 RECIPE = RECIPES / "rwkv-quant-seeds.toml"
 BASELINES = ("rtn", "gptq", "gptvq")
@@ -182,14 +183,9 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plot(results: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4), squeeze=False)
-    for ax, res in zip(axes[0], results):
+def plot(results: list[dict]):
+    fig, axes = model_axes(len(results))
+    for ax, res in zip(axes, results):
         for i, method in enumerate(METHODS):
             rs = sorted((r for r in res["rows"] if r["method"] == method), key=lambda r: r["bpw"])
             if rs:
@@ -197,10 +193,7 @@ def plot(results: list[dict], path: Path) -> None:
                             yerr=[r["dppl_stats"]["ci95"] for r in rs], marker="o", capsize=3, color=f"C{i}", label=method)
         ax.set_title(f"{res['model']} large"), ax.set_xlabel("bits per weight (block linears)")
         ax.set_ylabel("perplexity increase over fp32 (95% CI over seeds)"), ax.legend(fontsize=8)
-    fig.tight_layout()
-    with atomic_path(path, force=True) as tmp:
-        fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)
+    return fig
 
 
 def main(argv=None) -> int:
@@ -217,14 +210,10 @@ def main(argv=None) -> int:
             res["kurtosis"] = weight_kurtosis(res["model"])
     except EdgesmithError as e:
         raise SystemExit(str(e)) from None
-    a.out_dir.mkdir(parents=True, exist_ok=True)
-    tag = "_".join(r["model"] for r in results)
-    write_json(a.out_dir / f"results_{tag}.json", {"recipe": str(RECIPE), "sweep_dir": str(a.sweep_dir),
-                                                  "sweep_run": run, "models": results})
     md = markdown(results)
-    with atomic_path(a.out_dir / f"table_{tag}.md", force=True) as tmp:
-        tmp.write_text(md)
-    plot(results, a.out_dir / f"dppl_vs_bpw_{tag}.png")
+    write_outputs(a.out_dir, "_".join(r["model"] for r in results),
+                  {"recipe": str(RECIPE), "sweep_dir": str(a.sweep_dir), "sweep_run": run, "models": results}, md,
+                  plot(results), "dppl_vs_bpw")
     print(md)
     return 0
 

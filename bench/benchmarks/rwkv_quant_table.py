@@ -154,14 +154,34 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plot(results: list[dict], path: Path) -> None:
+def model_axes(n: int):
+    """(figure, one axis per model) in a row, on the non-interactive backend."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4), squeeze=False)
-    for ax, res in zip(axes[0], results):
+    fig, axes = plt.subplots(1, n, figsize=(5 * n, 4), squeeze=False)
+    return fig, axes[0]
+
+
+def write_outputs(out_dir: Path, tag: str, payload: dict, md: str, fig, plot_stem: str) -> None:
+    """``results_TAG.json``, ``table_TAG.md`` and ``PLOT_STEM_TAG.png`` in ``out_dir``, each written atomically."""
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(out_dir / f"results_{tag}.json", payload)
+    with atomic_path(out_dir / f"table_{tag}.md", force=True) as tmp:
+        tmp.write_text(md)
+    fig.tight_layout()
+    with atomic_path(out_dir / f"{plot_stem}_{tag}.png", force=True) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
+
+
+def plot(results: list[dict]):
+    fig, axes = model_axes(len(results))
+    for ax, res in zip(axes, results):
         fp = res["rows"][0]["ppl"]
         for i, method in enumerate((*METHODS, TUNED)):
             for vec, style in (("quantized", "-"), ("fp", "--")):
@@ -174,10 +194,7 @@ def plot(results: list[dict], path: Path) -> None:
         ax.axhline(fp, color="k", ls=":", label="fp32")
         ax.set_title(res["model"]), ax.set_xlabel("bits per weight (block linears)"), ax.set_ylabel("perplexity")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    with atomic_path(path, force=True) as tmp:
-        fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)
+    return fig
 
 
 def main(argv=None) -> int:
@@ -197,14 +214,10 @@ def main(argv=None) -> int:
     vectors = None if a.vectors is None else {VECTORS[v] for v in a.vectors}
     results, run = run_table(recipe, sweep_dir, models=a.models, bits=a.bits, vectors=vectors, workers=a.workers,
                              ray=a.ray)
-    a.out_dir.mkdir(parents=True, exist_ok=True)
-    tag = "_".join(r["model"] for r in results)
-    write_json(a.out_dir / f"results_{tag}.json", {"recipe": str(recipe), "sweep_dir": str(sweep_dir),
-                                                  "sweep_run": run, "models": results})
     md = markdown(results)
-    with atomic_path(a.out_dir / f"table_{tag}.md", force=True) as tmp:
-        tmp.write_text(md)
-    plot(results, a.out_dir / f"ppl_vs_bpw_{tag}.png")
+    write_outputs(a.out_dir, "_".join(r["model"] for r in results),
+                  {"recipe": str(recipe), "sweep_dir": str(sweep_dir), "sweep_run": run, "models": results}, md,
+                  plot(results), "ppl_vs_bpw")
     print(md)
     return 0
 
