@@ -329,12 +329,17 @@ class Config:
 
     @classmethod
     def from_dict(cls, d: dict):
-        names = {f.name for f in dataclasses.fields(cls)}
+        """Lists come back as tuples, and one value given for a list field is a list of one (``--option bits=3``
+        means bits [3], ``--option methods=rwkv-gptq`` methods ["rwkv-gptq"], not its letters)."""
+        fields = dataclasses.fields(cls)
+        names = {f.name for f in fields}
         unknown = sorted(set(d) - names)
         if unknown:
             raise EdgesmithError(f"{cls.__name__} has no option(s) {', '.join(unknown)}.",
                                  f"valid options: {', '.join(sorted(names))}.")
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+        listed = {f.name for f in fields if isinstance(f.default, tuple)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else (v,) if k in listed and isinstance(v, (str, int, float))
+                      else v for k, v in d.items()})
 
 
 @contextlib.contextmanager

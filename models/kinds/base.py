@@ -27,14 +27,6 @@ class KindOptions(Config):
     def field_help(cls) -> dict[str, str]:
         return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}
 
-    @classmethod
-    def from_dict(cls, d: dict):
-        """As ``Config.from_dict``, and one value given for a list option is a list of one (``--option bits=3``
-        means bits [3], ``--option methods=rwkv-gptq`` methods ["rwkv-gptq"], not its letters)."""
-        listed = {f.name for f in dataclasses.fields(cls) if isinstance(f.default, tuple)}
-        return super().from_dict({k: [v] if k in listed and isinstance(v, (str, int, float)) else v
-                                  for k, v in d.items()})
-
 
 def option(default, help: str, **kw):
     """A kind option: a dataclass field with its one-line help (shown by ``edgesmith kinds``)."""
