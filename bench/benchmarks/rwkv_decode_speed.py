@@ -270,8 +270,6 @@ def main(argv=None) -> int:
               f"MatMulNBits reads its weights at {prof.get('matmulnbits_GBps', 0):.1f} GB/s; alone on an in-cache "
               f"1024 x 4096 weight it does {prof['matmulnbits_in_cache']['Gweights_per_s']:.1f} G weights/s")
     print("same tokens as torch: " + ", ".join(f"{k} {v['same_tokens_as_torch']}" for k, v in res["graphs"].items()))
-    if a.out:
-        write_json(a.out, res)
     return 0
 
 

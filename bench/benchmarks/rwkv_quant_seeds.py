@@ -129,10 +129,11 @@ def weight_kurtosis(model: str, size: str = "large") -> dict:
     0 Gaussian, trained LLM checkpoints are far above 0."""
     from scipy import stats
 
+    from edgesmith.models import get_producer
     from edgesmith.models.rwkv.checkpoint import load_rwkv
     from edgesmith.models.rwkv.train import reference_paths
 
-    m = load_rwkv(reference_paths(int(model.removeprefix("rwkv").split("-")[0]), size=size)[0])
+    m = load_rwkv(reference_paths(get_producer(model).version, size=size)[0])
     per: dict = {}
     for n, p in m.named_parameters():
         if p.ndim == 2 and n.endswith(".weight") and (".att." in n or ".ffn." in n):
