@@ -29,16 +29,38 @@ TOKEN_INPUT, LOGITS_OUTPUT = "token", "logits"
 
 
 class StepModule(nn.Module):
-    """``model.step`` with batch-first state tensors at the graph's edges."""
+    """``model.step`` with batch-first state tensors at the graph's edges. With ``layers`` (a model whose state
+    tensors lead with a layer dimension, ``state_layer_dim = 0``) the graph has one tensor per field and layer,
+    handed to the model as per-layer lists: no gather from and stack into a whole-model state each token."""
 
-    def __init__(self, model: nn.Module, state_type, batch_dim: int):
+    def __init__(self, model: nn.Module, state_type, batch_dim: int, layers: int = 0):
         super().__init__()
-        self.model, self.state_type, self.batch_dim = model, state_type, batch_dim
+        self.model, self.state_type, self.batch_dim, self.layers = model, state_type, batch_dim, layers
 
     def forward(self, token, *state):
+        if self.layers:
+            fields = [list(state[i:i + self.layers]) for i in range(0, len(state), self.layers)]
+            logits, new = self.model.step(token, self.state_type(*fields))
+            return (logits, *[s for field in new for s in field])
         st = self.state_type(*[s.movedim(0, self.batch_dim) for s in state])
         logits, new = self.model.step(token, st)
         return (logits, *[s.movedim(self.batch_dim, 0) for s in new])
+
+
+def graph_state(model: nn.Module, state) -> tuple[list[str], list[torch.Tensor], int]:
+    """The step graph's state: names, batch-first tensors (batch 1), and the layer count when split per layer."""
+    fields = list(state._fields)
+    bdim = int(getattr(model, "state_batch_dim", 0))
+    if getattr(model, "state_layer_dim", None) is None:
+        return fields, [s.movedim(bdim, 0).contiguous() for s in state], 0
+    layers = {int(s.shape[0]) for s in state}
+    if model.state_layer_dim != 0 or bdim != 1 or len(layers) != 1:
+        raise EdgesmithError(f"{type(model).__name__}: a per-layer state needs every state tensor as (layers, batch, "
+                             f"...) with one layer count; has layer dim {model.state_layer_dim}, batch dim {bdim}, "
+                             f"layer counts {sorted(layers)}.", "fix the model's state_layer_dim / state_batch_dim.")
+    n = layers.pop()
+    return ([f"{f}.{i}" for f in fields for i in range(n)],
+            [s[i].contiguous() for s in state for i in range(n)], n)
 
 
 def check_step_module(module) -> None:
@@ -63,11 +85,11 @@ def export_step_onnx(model: nn.Module, path, *, accuracy_level: int = 4, opset: 
     from edgesmith.compress.rwkvquant.export import matmul_copy, rewrite_quantized
 
     check_step_module(model)
-    names = state_names(model)
+    state_names(model)
     m, quantized = matmul_copy(model)
     bdim = int(getattr(model, "state_batch_dim", 0))
     state = model.zero_state(1)
-    batch_first = [s.movedim(bdim, 0).contiguous() for s in state]
+    names, batch_first, layers = graph_state(model, state)
     # a model may step on something other than a token: ``step_input = (name, dtype, per-sample shape)``
     in_name, in_dtype, in_shape = getattr(model, "step_input", (TOKEN_INPUT, torch.long, ()))
     out_name = getattr(model, "step_output", LOGITS_OUTPUT)
@@ -79,7 +101,7 @@ def export_step_onnx(model: nn.Module, path, *, accuracy_level: int = 4, opset: 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(StepModule(m, type(state), bdim), args, buf, input_names=[in_name, *names],
+            torch.onnx.export(StepModule(m, type(state), bdim, layers), args, buf, input_names=[in_name, *names],
                               output_names=[out_name, *outs], opset_version=opset, dynamic_axes=dyn,
                               dynamo=False)
     except Exception as e:  # the exporter raises many types

@@ -95,6 +95,8 @@ def zero_state(cfg: RWKVConfig, batch: int, device=None, dtype=torch.float32) ->
 
 def token_shift(x: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
     """x_{t-1} - x_t for a (B, T, C) sequence whose token before the first is ``last`` (B, C)."""
+    if x.shape[1] == 1:  # the decoding step: no concatenation (one node fewer per mix in the step graph)
+        return last.unsqueeze(1) - x
     prev = torch.cat([last.unsqueeze(1), x[:, :-1]], dim=1)
     return prev - x
 
@@ -170,6 +172,9 @@ class RWKVModel(nn.Module):
             nn.init.zeros_(blk.ffn.value.weight)
 
     state_batch_dim = 1  # RWKVState tensors are (layers, batch, ...): export-step-onnx moves batch first
+    # ... and gives every layer's slice its own graph input, so the step reads and writes each layer's state in
+    # place of gathering from and stacking into one tensor (a copy of the whole state per token)
+    state_layer_dim = 0
 
     init_wkv = None  # (L, H, N, N): a state-tuned checkpoint's trained starting wkv state, else zeros
 
@@ -200,7 +205,9 @@ class RWKVModel(nn.Module):
             x = x + dx
             att_x.append(ax), ffn_x.append(fx), wkv.append(S)
         logits = self.head(self.ln_out(x))
-        return logits, RWKVState(torch.stack(att_x), torch.stack(ffn_x), torch.stack(wkv))
+        # a state given as per-layer lists (export-step-onnx's layout, see ``state_layer_dim``) comes back as lists
+        stack = torch.stack if isinstance(state.wkv, torch.Tensor) else list
+        return logits, RWKVState(stack(att_x), stack(ffn_x), stack(wkv))
 
     def step(self, token: torch.Tensor, state: RWKVState):
         """One token per sequence: token (B,) -> logits (B, V), new state. The decoding form."""

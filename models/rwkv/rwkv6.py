@@ -23,14 +23,24 @@ from edgesmith.models.rwkv.base import RWKVConfig, RWKVModel, group_norm_heads, 
 CHUNK = 16
 
 
+def wkv6_step(S, r, k, v, decay, u):
+    """One token. r, k, v, decay: (B, H, N); u: (H, N); S: (B, H, N, N) [key, value] -> y (B, H, N), S.
+
+    y = r (u k^T v + S) = (r.(u*k)) v + S^T r, so the bonus costs a dot product, not a second (N x N) term."""
+    y = (r.unsqueeze(-2) @ S).squeeze(-2) + (r * u * k).sum(-1, keepdim=True) * v
+    return y, decay.unsqueeze(-1) * S + k.unsqueeze(-1) @ v.unsqueeze(-2)
+
+
 def wkv6_recurrent(r, k, v, logw, u, S):
     """Token-by-token WKV. r, k, v, logw: (B, T, H, N); u: (H, N); S: (B, H, N, N) [key, value]."""
+    decay = torch.exp(logw)
+    if r.shape[1] == 1:  # the decoding step: no stacking (fewer nodes in the step graph)
+        y, S = wkv6_step(S, r[:, 0], k[:, 0], v[:, 0], decay[:, 0], u)
+        return y.unsqueeze(1), S
     ys = []
     for t in range(r.shape[1]):
-        kt, vt, rt = k[:, t], v[:, t], r[:, t]
-        kv = kt.unsqueeze(-1) * vt.unsqueeze(-2)
-        ys.append(torch.einsum("bhi,bhij->bhj", rt, u.unsqueeze(-1) * kv + S))
-        S = kv + torch.exp(logw[:, t]).unsqueeze(-1) * S
+        y, S = wkv6_step(S, r[:, t], k[:, t], v[:, t], decay[:, t], u)
+        ys.append(y)
     return torch.stack(ys, dim=1), S
 
 

@@ -24,15 +24,26 @@ from torch import nn
 from edgesmith.models.rwkv.base import RWKVConfig, RWKVModel, group_norm_heads, ratio_ramp, token_shift
 
 
+def wkv7_step(S, r, decay, k, v, kk, a):
+    """One token of the delta rule. r, decay, k, v, kk, a: (B, H, N); S: (B, H, N, N) [value, key] -> y, S.
+
+    S <- S diag(decay) + (S(-kk)) (kk*a)^T + v k^T, the two rank-one terms as one (N x 2)(2 x N) product: in the
+    step graph one MatMul replaces two broadcast outer products and an addition over the whole state."""
+    sa = S @ (-kk).unsqueeze(-1)  # (B, H, N, 1)
+    S = S * decay.unsqueeze(-2) + torch.cat([sa, v.unsqueeze(-1)], -1) @ torch.stack([kk * a, k], -2)
+    return (S @ r.unsqueeze(-1)).squeeze(-1), S
+
+
 def wkv7_scan(r, logw, k, v, kk, a, S):
     """r, logw, k, v, kk, a: (B, T, H, N); S: (B, H, N, N) [value, key] -> y (B, T, H, N), S."""
+    decay = torch.exp(logw)
+    if r.shape[1] == 1:  # the decoding step: no stacking (fewer nodes in the step graph)
+        y, S = wkv7_step(S, r[:, 0], decay[:, 0], k[:, 0], v[:, 0], kk[:, 0], a[:, 0])
+        return y.unsqueeze(1), S
     ys = []
     for t in range(r.shape[1]):
-        kkt = kk[:, t]
-        sa = torch.einsum("bhij,bhj->bhi", S, -kkt)  # S @ (-kk)
-        S = (S * torch.exp(logw[:, t]).unsqueeze(-2) + sa.unsqueeze(-1) * (kkt * a[:, t]).unsqueeze(-2)
-             + v[:, t].unsqueeze(-1) * k[:, t].unsqueeze(-2))
-        ys.append(torch.einsum("bhij,bhj->bhi", S, r[:, t]))
+        y, S = wkv7_step(S, r[:, t], decay[:, t], k[:, t], v[:, t], kk[:, t], a[:, t])
+        ys.append(y)
     return torch.stack(ys, dim=1), S
 
 

@@ -37,8 +37,14 @@ def test_fp32_step_graph_decodes_torch_tokens_and_batched_sequences_match_the_pa
                      PassContext(workdir=tmp_path))
     art = res.artifact
     spec = art.meta["recurrent"]
-    assert spec["input"] == "token" and [s for s, _ in spec["state"]] == ["att_x", "ffn_x", "wkv"]
-    assert spec["state_shapes"]["att_x"] == [2, 64]  # (layers, channels) per sequence: batch moved first
+    # one graph tensor per state field and layer (RWKV's state_layer_dim), batch first in each
+    assert spec["input"] == "token" and [s for s, _ in spec["state"]] == [
+        "att_x.0", "att_x.1", "ffn_x.0", "ffn_x.1", "wkv.0", "wkv.1"]
+    assert spec["state_shapes"]["att_x.0"] == [64] and spec["state_shapes"]["wkv.1"] == [4, 16, 16]
+    # each layer's new state is written by its own last op, not stacked or transposed into a whole-model state
+    nodes = onnx.load(art.path).graph.node
+    producer = {o: n.op_type for n in nodes for o in n.output}
+    assert {producer[o] for _, o in spec["state"]} <= {"Add", "Gather"}
     assert step_greedy_ort(art.path, [1, 2, 3], 12) == torch_greedy(m, [1, 2, 3], 12)
     tokens = np.random.default_rng(1).integers(0, 256, size=(3, 10))
     rt = get_runtime("onnxruntime", threads=1).load(art)
