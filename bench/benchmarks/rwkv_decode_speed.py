@@ -14,9 +14,11 @@ deploy graph (batch dimension dynamic, what ``edgesmith deploy`` writes) and the
 
 The bound: the bytes one token must move (every initializer onnxruntime keeps, except that an embedding
 table is read one row; plus the recurrent state read and written) divided by the read bandwidth measured
-at the same thread count (the best of ``--rounds`` sums of a 512 MiB float32 array in torch, a read-only
-stream like the weights'). ``--threads 0`` means all cores. Reports tokens/s (median of ``--rounds``
-runs of ``--tokens`` greedy steps, after warm-up), the bound and their ratio; everything MEASURED here.
+at the same thread count right before each round (``ReadProbe``: the faster of a torch sum of a 512 MiB
+float32 array and onnxruntime's fp32 MatMul streaming 384 MiB of weights). ``--threads 0`` means all cores.
+Reports tokens/s (median of ``--rounds`` runs of ``--tokens`` greedy steps, after warm-up), the bound and
+the median over rounds of their ratio (each round against its own probe: on a shared machine both move
+with the load); everything MEASURED here.
 """
 from __future__ import annotations
 
@@ -113,18 +115,49 @@ def bytes_per_token(path: Path, spec: dict) -> dict:
     return {"weights": weights, "state_read_and_written": 2 * state, "total": weights + 2 * state}
 
 
-def read_bandwidth(threads: int, n_bytes: int = 512 * 2**20, reps: int = 5) -> float:
-    """Bytes/s of a read-only stream: the best of ``reps`` float32 sums of an array far larger than the cache."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    a = torch.ones(n_bytes // 4)
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        a.sum().item()
-        best = min(best, time.perf_counter() - t)
-    torch.set_num_threads(before)
-    return n_bytes / best
+class ReadProbe:
+    """The read bandwidth a token's weights can stream at, on ``threads`` threads, measured two ways: a torch
+    float32 sum of an ``n_bytes`` array, and onnxruntime's own fp32 MatMul over a chain of ``links`` batch-1
+    products with 1024 x 4096 weights (16 MiB each: the decode's access pattern). The bound uses the faster of
+    the two: a bound some kernel beats is no bound. Called once per decode round, so the bound moves with a
+    shared machine's load."""
+
+    def __init__(self, threads: int, n_bytes: int = 512 * 2**20, links: int = 24, reps: int = 3):
+        from onnx import TensorProto, helper, numpy_helper
+
+        self.threads, self.reps = threads, reps
+        self.array = torch.ones(n_bytes // 4)
+        rng = np.random.default_rng(0)
+        nodes, inits, x = [], [], "x"
+        for i in range(links):
+            shape = (1024, 4096) if i % 2 == 0 else (4096, 1024)
+            inits.append(numpy_helper.from_array(rng.standard_normal(shape, dtype=np.float32) * 0.01, f"w{i}"))
+            nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [f"y{i}"]))
+            x = f"y{i}"
+        g = helper.make_graph(nodes, "stream", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 4096 if links % 2 else 1024])],
+                              inits)
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+        self.chain_bytes = sum(t.ByteSize() for t in inits)
+        self.session = ort_session(model.SerializeToString(), threads)
+        self.x = {"x": rng.standard_normal((1, 1024), dtype=np.float32)}
+        self.session.run(None, self.x)
+
+    def __call__(self) -> dict:
+        """Bytes/s of each stream (best of ``reps``) and the faster of the two."""
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        t_sum = t_mm = float("inf")
+        for _ in range(self.reps):
+            t = time.perf_counter()
+            self.array.sum().item()
+            t_sum = min(t_sum, time.perf_counter() - t)
+            t = time.perf_counter()
+            self.session.run(None, self.x)
+            t_mm = min(t_mm, time.perf_counter() - t)
+        torch.set_num_threads(before)
+        out = {"torch_sum": self.array.numel() * 4 / t_sum, "ort_matmul": self.chain_bytes / t_mm}
+        return {**out, "best": max(out.values())}
 
 
 def tokens_per_s(dec: StepDecoder, n: int) -> float:
@@ -230,8 +263,8 @@ def main(argv=None) -> int:
     prompt = [1, 2, 3]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        bw = {t: read_bandwidth(t) for t in threads}
-        res["read_bandwidth_GBps"] = {str(t): v / 1e9 for t, v in bw.items()}
+        probes = {t: ReadProbe(t) for t in threads}
+        res["read_bandwidth_GBps"] = {str(t): [] for t in threads}  # every round's probe, best of the two streams
         variants = [(name, mod, "gather") for name, mod in models.items()]
         if not a.no_rwkvquant:
             variants.append((f"rwkvquant-{a.bits}bit-int8vq", models[f"rwkvquant-{a.bits}bit"], "int8"))
@@ -243,14 +276,19 @@ def main(argv=None) -> int:
                 spec = out["recurrent"]
                 moved = bytes_per_token(path, spec)
                 entry = {"graph": graph, "matmulnbits": out["matmulnbits"], "vq_gather": out["vq_gather"],
-                         "vq_int8": out["vq_int8"],
+                         "vq_int8": out["vq_int8"], "nodes": len(onnx.load(str(path), load_external_data=False).graph.node),
                          "bytes_per_token": moved, "same_tokens_as_torch": step_greedy_ort(path, prompt, 16) == reference}
                 for t in threads:
                     dec = StepDecoder(path, spec, threads=t)
-                    runs = [tokens_per_s(dec, a.tokens) for _ in range(a.rounds)]
-                    speed, bound = statistics.median(runs), bw[t] / moved["total"]
-                    entry[str(t)] = {"tokens_per_s": speed, "runs": runs, "bound_tokens_per_s": bound,
-                                     "times_bound": bound / speed}
+                    runs, bounds = [], []
+                    for _ in range(a.rounds):  # the bound probed right before each round: both see the same load
+                        bw = probes[t]()
+                        res["read_bandwidth_GBps"][str(t)].append(bw["best"] / 1e9)
+                        bounds.append(bw["best"] / moved["total"])
+                        runs.append(tokens_per_s(dec, a.tokens))
+                    entry[str(t)] = {"tokens_per_s": statistics.median(runs), "runs": runs,
+                                     "bound_tokens_per_s": statistics.median(bounds), "bounds": bounds,
+                                     "times_bound": statistics.median(b / r for b, r in zip(bounds, runs))}
                     rows.append((name, graph, t, moved["total"], entry[str(t)]))
                     if name == f"int{a.bits}" and graph == "decode":
                         entry[str(t)]["profile"] = op_profile(path, spec, t)
@@ -258,7 +296,8 @@ def main(argv=None) -> int:
                 res["graphs"][f"{name}/{graph}"] = entry
                 if a.out:  # what is measured so far survives a later failure
                     write_json(a.out, res)
-    print(f"read bandwidth: {', '.join(f'{t} thread(s) {v / 1e9:.1f} GB/s' for t, v in bw.items())}")
+    bw = {t: statistics.median(v) for t, v in res["read_bandwidth_GBps"].items()}
+    print(f"read bandwidth (median of the rounds): {', '.join(f'{t} thread(s) {v:.1f} GB/s' for t, v in bw.items())}")
     print("| model | graph | threads | MB/token | tokens/s | bound tokens/s | x bound |\n|---|---|---|---|---|---|---|")
     for name, graph, t, moved, r in rows:
         print(f"| {name} | {graph} | {t} | {moved / 1e6:.1f} | {r['tokens_per_s']:.1f} | {r['bound_tokens_per_s']:.1f} "

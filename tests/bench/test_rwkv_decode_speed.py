@@ -1,0 +1,36 @@
+"""The decode-speed benchmark: its bandwidth probe and one end-to-end run on a tiny model (speed not judged)."""
+import json
+
+import pytest
+
+from edgesmith.bench.benchmarks import rwkv_decode_speed
+from edgesmith.bench.benchmarks.rwkv_decode_speed import ReadProbe
+
+
+def test_read_probe_measures_both_streams_and_bounds_with_the_faster():
+    bw = ReadProbe(1, n_bytes=8 * 2**20, links=3, reps=2)()
+    assert bw["torch_sum"] > 0 and bw["ort_matmul"] > 0
+    assert bw["best"] == max(bw["torch_sum"], bw["ort_matmul"])
+
+
+@pytest.mark.parametrize("version", [6, 7])
+def test_decode_benchmark_pairs_each_round_with_its_own_bound(tmp_path, monkeypatch, version):
+    # a small probe keeps the test light; the shipped default streams 512 + 384 MiB
+    monkeypatch.setattr(rwkv_decode_speed, "ReadProbe",
+                        lambda t: ReadProbe(t, n_bytes=8 * 2**20, links=2, reps=1))
+    out = tmp_path / "decode.json"
+    assert rwkv_decode_speed.main(["--version", str(version), "--n-layer", "2", "--n-embd", "64", "--head-size", "16",
+                                   "--tokens", "4", "--rounds", "2", "--threads", "1", "--no-rwkvquant",
+                                   "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert set(res["graphs"]) == {"fp32/deploy", "fp32/decode", "int4/deploy", "int4/decode"}
+    # int4 graphs quantize activations to int8 (accuracy_level 4): a tiny random model's near-tied logits may flip
+    assert res["graphs"]["fp32/decode"]["same_tokens_as_torch"] and res["graphs"]["fp32/deploy"]["same_tokens_as_torch"]
+    for g in res["graphs"].values():
+        r = g["1"]
+        assert len(r["runs"]) == len(r["bounds"]) == 2
+        ratios = sorted(b / s for b, s in zip(r["bounds"], r["runs"]))
+        assert ratios[0] <= r["times_bound"] <= ratios[-1]
+    per_layer = {6: 8, 7: 6}[version]  # time mix r k v (gate) output, channel mix key value (receptance)
+    assert res["graphs"]["int4/decode"]["matmulnbits"] == 2 * per_layer  # every block linear, both layers
+    assert len(res["read_bandwidth_GBps"]["1"]) == 2 * 4  # one probe per round of every graph
