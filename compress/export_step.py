@@ -49,6 +49,9 @@ class StepModule(nn.Module):
 
 def graph_state(model: nn.Module, state) -> tuple[list[str], list[torch.Tensor], int]:
     """The step graph's state: names, batch-first tensors (batch 1), and the layer count when split per layer."""
+    if not hasattr(state, "_fields"):
+        raise EdgesmithError(f"{type(model).__name__}.zero_state() returns {type(state).__name__}, not a NamedTuple.",
+                             "return the state as a NamedTuple of tensors so each gets a name in the graph.")
     fields = list(state._fields)
     bdim = int(getattr(model, "state_batch_dim", 0))
     if getattr(model, "state_layer_dim", None) is None:
@@ -71,21 +74,12 @@ def check_step_module(module) -> None:
                                  "use it on token-lm models, or export stateless models with export-onnx.")
 
 
-def state_names(module) -> tuple[str, ...]:
-    st = module.zero_state(1)
-    if not hasattr(st, "_fields"):
-        raise EdgesmithError(f"{type(module).__name__}.zero_state() returns {type(st).__name__}, not a NamedTuple.",
-                             "return the state as a NamedTuple of tensors so each gets a name in the graph.")
-    return tuple(st._fields)
-
-
 def export_step_onnx(model: nn.Module, path, *, accuracy_level: int = 4, opset: int = 17,
                      batch: int | None = None, vq_form: str = "gather", force: bool = False) -> dict:
     """Write the step graph of ``model`` (fp or quantized) to ``path``; returns counts and the recurrent spec."""
     from edgesmith.compress.rwkvquant.export import matmul_copy, rewrite_quantized
 
     check_step_module(model)
-    state_names(model)
     m, quantized = matmul_copy(model)
     bdim = int(getattr(model, "state_batch_dim", 0))
     state = model.zero_state(1)

@@ -70,6 +70,24 @@ def test_a_module_without_a_step_is_refused_with_a_clear_error(tmp_path):
         apply_pass(Artifact("torch", module=torch.nn.Linear(3, 2)), ExportStepOnnxConfig(), PassContext(workdir=tmp_path))
 
 
+class _TupleState(torch.nn.Module):
+    def zero_state(self, batch):
+        return (torch.zeros(batch, 3),)
+
+    def step(self, token, state):
+        return torch.zeros(token.shape[0], 4), state
+
+
+def test_a_state_that_is_not_a_named_tuple_or_misdeclares_its_layers_is_refused(tmp_path):
+    with pytest.raises(EdgesmithError, match="not a NamedTuple"):
+        export_step_onnx(_TupleState(), tmp_path / "a.onnx")
+    m = tiny(7)
+    m.state_batch_dim = 0  # a per-layer split needs (layers, batch, ...) tensors
+    with pytest.raises(EdgesmithError, match="per-layer state"):
+        export_step_onnx(m, tmp_path / "b.onnx")
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
 def test_a_decode_graph_has_static_shapes_fewer_nodes_and_the_same_outputs(tmp_path):
     # batch=1 fixes every shape so onnxruntime can fold the shape arithmetic the dynamic graph keeps
     m = tiny(7)
