@@ -4,7 +4,9 @@ For ``token-lm`` modules (and any module with the same protocol): ``zero_state(b
 NamedTuple of tensors and ``step(token (B,), state) -> (logits (B, V), state)`` advances one token.
 The graph is ``(token int64 (B,), state... ) -> (logits (B, V), state_out...)`` with the batch first in
 every tensor and dynamic, so ``runtimes.stateful.run_sequence`` can feed whole batches of sequences.
-A module keeps its own state layout (``state_batch_dim``, RWKV: 1); the graph transposes at the edges.
+A module keeps its own state layout (``state_batch_dim``, RWKV: 1); the graph transposes at the edges, or,
+for a module whose state tensors lead with a layer dimension (``state_layer_dim = 0``, RWKV), has one tensor
+per field and layer (``wkv.0``, ``wkv.1``, ...) that the model's layers read and write directly.
 Linears are exported as MatMul; layers an RWKV quantizer replaced are rewritten from their codes
 (MatMulNBits for 4-bit SQ, a Gather-dequantize for VQ; ``compress.rwkvquant.export``).
 """
