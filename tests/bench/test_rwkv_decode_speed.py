@@ -34,3 +34,6 @@ def test_decode_benchmark_pairs_each_round_with_its_own_bound(tmp_path, monkeypa
     per_layer = {6: 8, 7: 6}[version]  # time mix r k v (gate) output, channel mix key value (receptance)
     assert res["graphs"]["int4/decode"]["matmulnbits"] == 2 * per_layer  # every block linear, both layers
     assert len(res["read_bandwidth_GBps"]["1"]) == 2 * 4  # one probe per round of every graph
+    prof = res["graphs"]["int4/decode"]["1"]["profile"]
+    levels = (prof["matmulnbits_in_cache"], prof["matmulnbits_in_cache_fp32_compute"])
+    assert [p["accuracy_level"] for p in levels] == [4, 0] and all(p["Gweights_per_s"] > 0 for p in levels)
