@@ -31,6 +31,8 @@ def test_decode_benchmark_pairs_each_round_with_its_own_bound(tmp_path, monkeypa
         assert len(r["runs"]) == len(r["bounds"]) == 2
         ratios = sorted(b / s for b, s in zip(r["bounds"], r["runs"]))
         assert ratios[0] <= r["times_bound"] <= ratios[-1]
+        # against the best probe of the run: never below any round's own ratio at the median speed
+        assert r["times_best_bound"] >= max(r["bounds"]) / r["tokens_per_s"] - 1e-9
     per_layer = {6: 8, 7: 6}[version]  # time mix r k v (gate) output, channel mix key value (receptance)
     assert res["graphs"]["int4/decode"]["matmulnbits"] == 2 * per_layer  # every block linear, both layers
     assert len(res["read_bandwidth_GBps"]["1"]) == 2 * 4  # one probe per round of every graph
