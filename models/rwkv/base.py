@@ -101,6 +101,12 @@ def token_shift(x: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
     return prev - x
 
 
+def stack_time(ys: list[torch.Tensor]) -> torch.Tensor:
+    """Per-token outputs (B, ...) -> (B, T, ...); one token (the decoding step) is an unsqueeze, not a stack, so
+    the step graph has one node there instead of an unsqueeze per token and a concat."""
+    return ys[0].unsqueeze(1) if len(ys) == 1 else torch.stack(ys, dim=1)
+
+
 def group_norm_heads(y: torch.Tensor, n_head: int, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """The official ln_x: GroupNorm with one group per head over (..., C), eps 64e-5."""
     shape = y.shape

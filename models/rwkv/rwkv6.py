@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgesmith.models.rwkv.base import RWKVConfig, RWKVModel, group_norm_heads, ratio_ramp, token_shift
+from edgesmith.models.rwkv.base import RWKVConfig, RWKVModel, group_norm_heads, ratio_ramp, stack_time, token_shift
 
 CHUNK = 16
 
@@ -34,14 +34,11 @@ def wkv6_step(S, r, k, v, decay, u):
 def wkv6_recurrent(r, k, v, logw, u, S):
     """Token-by-token WKV. r, k, v, logw: (B, T, H, N); u: (H, N); S: (B, H, N, N) [key, value]."""
     decay = torch.exp(logw)
-    if r.shape[1] == 1:  # the decoding step: no stacking (fewer nodes in the step graph)
-        y, S = wkv6_step(S, r[:, 0], k[:, 0], v[:, 0], decay[:, 0], u)
-        return y.unsqueeze(1), S
     ys = []
     for t in range(r.shape[1]):
         y, S = wkv6_step(S, r[:, t], k[:, t], v[:, t], decay[:, t], u)
         ys.append(y)
-    return torch.stack(ys, dim=1), S
+    return stack_time(ys), S
 
 
 def wkv6_chunked(r, k, v, logw, u, S, chunk: int = CHUNK):

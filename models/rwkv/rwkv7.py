@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgesmith.models.rwkv.base import RWKVConfig, RWKVModel, group_norm_heads, ratio_ramp, token_shift
+from edgesmith.models.rwkv.base import RWKVConfig, RWKVModel, group_norm_heads, ratio_ramp, stack_time, token_shift
 
 
 def wkv7_step(S, r, decay, k, v, kk, a):
@@ -37,14 +37,11 @@ def wkv7_step(S, r, decay, k, v, kk, a):
 def wkv7_scan(r, logw, k, v, kk, a, S):
     """r, logw, k, v, kk, a: (B, T, H, N); S: (B, H, N, N) [value, key] -> y (B, T, H, N), S."""
     decay = torch.exp(logw)
-    if r.shape[1] == 1:  # the decoding step: no stacking (fewer nodes in the step graph)
-        y, S = wkv7_step(S, r[:, 0], decay[:, 0], k[:, 0], v[:, 0], kk[:, 0], a[:, 0])
-        return y.unsqueeze(1), S
     ys = []
     for t in range(r.shape[1]):
         y, S = wkv7_step(S, r[:, t], decay[:, t], k[:, t], v[:, t], kk[:, t], a[:, t])
         ys.append(y)
-    return torch.stack(ys, dim=1), S
+    return stack_time(ys), S
 
 
 class TimeMix7(nn.Module):
