@@ -49,13 +49,13 @@ class StepModule(nn.Module):
         return (logits, *[s.movedim(self.batch_dim, 0) for s in new])
 
 
-def graph_state(model: nn.Module, state) -> tuple[list[str], list[torch.Tensor], int]:
-    """The step graph's state: names, batch-first tensors (batch 1), and the layer count when split per layer."""
+def graph_state(model: nn.Module, state, bdim: int) -> tuple[list[str], list[torch.Tensor], int]:
+    """The step graph's state: names, batch-first tensors (batch 1; ``bdim`` the model's state batch dim), and the
+    layer count when split per layer."""
     if not hasattr(state, "_fields"):
         raise EdgesmithError(f"{type(model).__name__}.zero_state() returns {type(state).__name__}, not a NamedTuple.",
                              "return the state as a NamedTuple of tensors so each gets a name in the graph.")
     fields = list(state._fields)
-    bdim = int(getattr(model, "state_batch_dim", 0))
     if getattr(model, "state_layer_dim", None) is None:
         return fields, [s.movedim(bdim, 0).contiguous() for s in state], 0
     layers = {int(s.shape[0]) for s in state}
@@ -78,14 +78,15 @@ def check_step_module(module) -> None:
 
 def export_step_onnx(model: nn.Module, path, *, accuracy_level: int = 4, opset: int = 17,
                      batch: int | None = None, vq_form: str = "gather", force: bool = False) -> dict:
-    """Write the step graph of ``model`` (fp or quantized) to ``path``; returns counts and the recurrent spec."""
+    """Write the step graph of ``model`` (fp or quantized) to ``path``; returns counts (linears by form, graph
+    nodes) and the recurrent spec."""
     from edgesmith.compress.rwkvquant.export import matmul_copy, rewrite_quantized
 
     check_step_module(model)
     m, quantized = matmul_copy(model)
     bdim = int(getattr(model, "state_batch_dim", 0))
     state = model.zero_state(1)
-    names, batch_first, layers = graph_state(model, state)
+    names, batch_first, layers = graph_state(model, state, bdim)
     # a model may step on something other than a token: ``step_input = (name, dtype, per-sample shape)``
     in_name, in_dtype, in_shape = getattr(model, "step_input", (TOKEN_INPUT, torch.long, ()))
     out_name = getattr(model, "step_output", LOGITS_OUTPUT)
@@ -119,7 +120,7 @@ def export_step_onnx(model: nn.Module, path, *, accuracy_level: int = 4, opset: 
         with atomic_path(init_path, force=True) as tmp, open(tmp, "wb") as f:
             np.savez(f, **{n: s[0].detach().numpy() for n, s in zip(names, batch_first)})
         spec["initial_state"] = True
-    return {**counts, "recurrent": spec}
+    return {**counts, "nodes": len(g.graph.node), "recurrent": spec}
 
 
 @dataclass

@@ -278,7 +278,7 @@ def main(argv=None) -> int:
                 spec = out["recurrent"]
                 moved = bytes_per_token(path, spec)
                 entry = {"graph": graph, "matmulnbits": out["matmulnbits"], "vq_gather": out["vq_gather"],
-                         "vq_int8": out["vq_int8"], "nodes": len(onnx.load(str(path), load_external_data=False).graph.node),
+                         "vq_int8": out["vq_int8"], "nodes": out["nodes"],
                          "bytes_per_token": moved, "same_tokens_as_torch": step_greedy_ort(path, prompt, 16) == reference}
                 for t in threads:
                     dec = StepDecoder(path, spec, threads=t)
