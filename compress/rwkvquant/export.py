@@ -67,15 +67,19 @@ def _matmulnbits(node: onnx.NodeProto, q: SQTensor, prefix: str, accuracy_level:
     bs = q.group_size
     nb = -(-k // bs)
     codes = np.zeros((out, nb * bs), dtype=np.uint8)
-    codes[:, :k] = q.codes.numpy()
+    # a symmetric grid (zero point 2^(b-1)) is re-centred on 8, MatMulNBits' default zero point, and stored without
+    # zero points: the same weights ((q + 8 - 2^(b-1)) - 8 = q - 2^(b-1)), and the CPU kernel is faster without them
+    shift = 8 - 2 ** (q.bits - 1) if q.symmetric else 0
+    codes[:, :k] = q.codes.numpy() + shift
     packed = _pack_nibbles(codes.reshape(out, nb, bs))
-    zeros = q.zeros.numpy().astype(np.uint8)
-    if nb % 2:
-        zeros = np.concatenate([zeros, np.zeros((out, 1), np.uint8)], axis=1)
     inits = [numpy_helper.from_array(packed, prefix + "_B"),
-             numpy_helper.from_array(q.scales.to(torch.float32).numpy().reshape(-1), prefix + "_scales"),
-             numpy_helper.from_array(_pack_nibbles(zeros).reshape(-1), prefix + "_zp")]
-    new = helper.make_node("MatMulNBits", [node.input[0], prefix + "_B", prefix + "_scales", prefix + "_zp"],
+             numpy_helper.from_array(q.scales.to(torch.float32).numpy().reshape(-1), prefix + "_scales")]
+    if not q.symmetric:
+        zeros = q.zeros.numpy().astype(np.uint8)
+        if nb % 2:
+            zeros = np.concatenate([zeros, np.zeros((out, 1), np.uint8)], axis=1)
+        inits.append(numpy_helper.from_array(_pack_nibbles(zeros).reshape(-1), prefix + "_zp"))
+    new = helper.make_node("MatMulNBits", [node.input[0]] + [t.name for t in inits],
                            list(node.output), name=prefix + "_MatMulNBits", domain="com.microsoft",
                            K=k, N=out, bits=4, block_size=bs, accuracy_level=accuracy_level)
     return [new], inits

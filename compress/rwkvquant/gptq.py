@@ -11,7 +11,8 @@ the weights as the previous blocks left them, not on the columns already updated
 (the reference fits on ``W``, while the block works on its copy ``W1``). Options as published:
 ``static_groups`` fits every group's grid on the original weights before any update; ``act_order`` takes the
 columns in order of decreasing Hessian diagonal (with static groups, so that each stored group stays a run
-of adjacent columns: the step graph's format has no per-column group index). ``tests/compress/rwkvquant``
+of adjacent columns: the step graph's format has no per-column group index); ``symmetric`` is the reference
+quantizer's ``sym`` grid (zero point 2^(b-1) everywhere, none stored). ``tests/compress/rwkvquant``
 pins the codes to a transcription of the reference loop. Also ``prepare_hessian`` and
 ``hessian_inverse_cholesky``, which GPTVQ shares.
 """
@@ -52,14 +53,18 @@ def hessian_inverse_cholesky(H: torch.Tensor) -> torch.Tensor:
 
 
 def gptq_quantize(w: torch.Tensor, H: torch.Tensor, bits: int, group_size: int, *, damp: float = 0.01,
-                  block_size: int = 128, act_order: bool = False, static_groups: bool = False) -> SQTensor:
+                  block_size: int = 128, act_order: bool = False, static_groups: bool = False,
+                  symmetric: bool = False) -> SQTensor:
     """GPTQ of a (out, in) weight with the (in, in) input Hessian ``H`` (the reference loop; see the module)."""
     W, H = prepare_hessian(w, H, damp)
     out, n_in = W.shape
     if act_order and not static_groups and group_size < n_in:
         raise ValueError("act_order with groups needs static_groups (stored groups are runs of adjacent columns)")
-    static = [tuple(t.to(torch.float64) for t in group_grid(W[:, g:g + group_size].to(torch.float32), bits))
-              for g in range(0, n_in, group_size)] if static_groups else None
+
+    def fit(c0: int) -> tuple[torch.Tensor, torch.Tensor]:  # the grid of the group starting at column c0 of W now
+        return tuple(t.to(torch.float64) for t in group_grid(W[:, c0:c0 + group_size].to(torch.float32), bits, symmetric))
+
+    static = [fit(g) for g in range(0, n_in, group_size)] if static_groups else None
     perm = torch.argsort(torch.diag(H), descending=True) if act_order else torch.arange(n_in)
     W, H = W[:, perm], H[perm][:, perm]
     U = hessian_inverse_cholesky(H)
@@ -75,7 +80,7 @@ def gptq_quantize(w: torch.Tensor, H: torch.Tensor, bits: int, group_size: int, 
             if static:
                 scale, zero = static[int(perm[col]) // group_size]
             elif col % group_size == 0:  # fitted on W as the earlier blocks left it (the reference's W, not W1)
-                scale, zero = (t.to(torch.float64) for t in group_grid(W[:, col:col + group_size].to(torch.float32), bits))
+                scale, zero = fit(col)
                 grids.append((scale, zero))
             q = quantize_with_grid(Wb[:, j:j + 1], scale, zero, bits)
             codes[:, int(perm[col])] = q[:, 0]

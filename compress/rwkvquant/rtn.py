@@ -1,9 +1,10 @@
-"""Round-to-nearest, group-wise asymmetric scalar quantization (the SQ baseline and GPTQ's grid).
+"""Round-to-nearest, group-wise scalar quantization (the SQ baseline and GPTQ's grid).
 
 Per row and group of ``group_size`` input columns: s = (max - min) / (2^b - 1) stored in fp16,
-z = round(-min / s) clamped to [0, 2^b - 1], q = clamp(round(w / s) + z). The scale is rounded to
-fp16 *before* the codes are chosen, so dequantizing the stored values gives exactly the weight the
-quantizer evaluated.
+z = round(-min / s) clamped to [0, 2^b - 1], q = clamp(round(w / s) + z). Symmetric (the reference
+GPTQ quantizer's ``sym``): min = -max|w|, so s = 2 max|w| / (2^b - 1) and z = 2^(b-1) for every group,
+a zero point no file needs to store (MatMulNBits' default). The scale is rounded to fp16 *before* the
+codes are chosen, so dequantizing the stored values gives exactly the weight the quantizer evaluated.
 """
 from __future__ import annotations
 
@@ -12,11 +13,15 @@ import torch
 from edgesmith.compress.rwkvquant.tensors import SQTensor, fp16_round
 
 
-def group_grid(w: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+def group_grid(w: torch.Tensor, bits: int, symmetric: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Scale (fp16-exact, fp32) and integer zero point for each row of ``w`` (rows, cols)."""
     maxq = 2**bits - 1
-    lo = torch.clamp(w.min(dim=1).values, max=0.0)
     hi = torch.clamp(w.max(dim=1).values, min=0.0)
+    lo = torch.clamp(w.min(dim=1).values, max=0.0)
+    if symmetric:
+        hi = torch.maximum(hi, -lo)
+        scale = fp16_round(torch.clamp(2 * hi / maxq, min=1e-8))
+        return scale, torch.full_like(scale, float(2 ** (bits - 1)))
     scale = fp16_round(torch.clamp((hi - lo) / maxq, min=1e-8))
     zero = torch.clamp(torch.round(-lo / scale), 0, maxq)
     return scale, zero
@@ -31,7 +36,7 @@ def dequant_with_grid(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) 
     return (q - zero[:, None]) * scale[:, None]
 
 
-def rtn_quantize(w: torch.Tensor, bits: int, group_size: int) -> SQTensor:
+def rtn_quantize(w: torch.Tensor, bits: int, group_size: int, symmetric: bool = False) -> SQTensor:
     """Round-to-nearest of a (out, in) weight, one grid per row and group."""
     w = w.detach().to(torch.float32)
     out, n_in = w.shape
@@ -39,7 +44,7 @@ def rtn_quantize(w: torch.Tensor, bits: int, group_size: int) -> SQTensor:
     scales, zeros = [], []
     for g0 in range(0, n_in, group_size):
         blk = w[:, g0:g0 + group_size]
-        s, z = group_grid(blk, bits)
+        s, z = group_grid(blk, bits, symmetric)
         codes[:, g0:g0 + group_size] = quantize_with_grid(blk, s, z, bits)
         scales.append(s), zeros.append(z)
     return SQTensor(codes.to(torch.uint8), torch.stack(scales, 1).to(torch.float16),

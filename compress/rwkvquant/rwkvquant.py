@@ -63,6 +63,8 @@ class RWKVQuantBase(PassConfig):
     ``vector_bits``: their codebook bits. ``n_calibration``: sequences. ``act_order`` / ``static_groups``: the
     published GPTQ options for every GPTQ matrix (columns by decreasing Hessian diagonal / every group's grid
     fitted before any update); act-order needs static groups here (stored groups are runs of adjacent columns).
+    ``symmetric``: RTN's and GPTQ's grids symmetric about zero (the reference quantizer's ``sym``): no zero points
+    stored (one bit-width's worth per group less) and onnxruntime's MatMulNBits runs without them, faster on CPU.
     """
 
     kind: ClassVar[str] = ""
@@ -85,6 +87,7 @@ class RWKVQuantBase(PassConfig):
     seed: int = 0
     act_order: bool = False
     static_groups: bool = False
+    symmetric: bool = False
 
     def validate(self) -> None:
         ints = {"bits": (2, 8), "group_size": (8, 4096), "vq_dim": (1, 4), "vq_group_size": (0, 10**7),
@@ -102,21 +105,22 @@ class RWKVQuantBase(PassConfig):
             self._fail("proxy", f"is {self.proxy!r}", f"use one of {', '.join(PROXIES)}.")
         if not 0 < float(self.damp) < 1:
             self._fail("damp", f"is {self.damp!r}", "use a fraction such as 0.01.")
-        for name in ("quantize_vectors", "act_order", "static_groups"):
+        for name in ("quantize_vectors", "act_order", "static_groups", "symmetric"):
             if not isinstance(getattr(self, name), bool):
                 self._fail(name, f"is {getattr(self, name)!r}", "use true or false.")
         if self.act_order and not self.static_groups:
             self._fail("act_order", "is set without static_groups",
                        "add static_groups=true (each stored group must stay a run of adjacent columns).")
 
-    def gptq_label(self) -> str:
-        """``gptq``, with the published options in use named: ``gptq (act-order, static groups)``."""
-        opts = [n for n, on in (("act-order", self.act_order), ("static groups", self.static_groups)) if on]
-        return "gptq" + (f" ({', '.join(opts)})" if opts else "")
+    def sq_label(self) -> str:
+        """``rtn`` or ``gptq``, with the published options in use named: ``gptq (act-order, static groups)``."""
+        opts = [n for n, on in (("act-order", self.act_order), ("static groups", self.static_groups),
+                                ("symmetric", self.symmetric)) if on and (self.method != "rtn" or n == "symmetric")]
+        return ("rtn" if self.method == "rtn" else "gptq") + (f" ({', '.join(opts)})" if opts else "")
 
 
     def sq_overhead_bits(self) -> float:
-        return (FP16_BITS + self.bits) / self.group_size
+        return (FP16_BITS + (0 if self.symmetric else self.bits)) / self.group_size
 
     def vq_weights_per_codebook(self) -> int:
         """Weights sharing one codebook; by default chosen so VQ pays the same overhead per weight as SQ."""
@@ -273,7 +277,7 @@ def quantize_matrix(name: str, w: torch.Tensor, H: torch.Tensor, choice: str, co
         key = (name, label, config.bits, config.vq_dim, config.vq_weights_per_codebook(), config.damp,
                config.vq_columns, config.kmeans_iters, config.codebook_update_steps)
     else:
-        label = "rtn" if config.method == "rtn" else config.gptq_label()
+        label = config.sq_label()
         key = (name, label, config.bits, config.group_size, config.damp)
     if cache is not None and key in cache:
         return cache[key], label
@@ -281,11 +285,11 @@ def quantize_matrix(name: str, w: torch.Tensor, H: torch.Tensor, choice: str, co
         q = gptvq_quantize(w, H, config.bits, dim=config.vq_dim, group_size=config.vq_weights_per_codebook(),
                            columns=config.vq_columns, damp=config.damp, iters=config.kmeans_iters,
                            codebook_update_steps=config.codebook_update_steps)
-    elif label == "rtn":
-        q = rtn_quantize(w, config.bits, config.group_size)
+    elif config.method == "rtn":
+        q = rtn_quantize(w, config.bits, config.group_size, config.symmetric)
     else:
         q = gptq_quantize(w, H, config.bits, config.group_size, damp=config.damp, act_order=config.act_order,
-                          static_groups=config.static_groups)
+                          static_groups=config.static_groups, symmetric=config.symmetric)
     if cache is not None:
         cache[key] = q
     return q, label

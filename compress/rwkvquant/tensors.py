@@ -78,8 +78,14 @@ class SQTensor:
         z = self.zeros.to(torch.float32)[:, idx]
         return (self.codes.to(torch.float32) - z) * s
 
+    @property
+    def symmetric(self) -> bool:
+        """Every zero point is 2^(bits-1): the one a file can leave out (MatMulNBits' default)."""
+        return bool(torch.all(self.zeros == 2 ** (self.bits - 1)))
+
     def storage_bits(self) -> int:
-        return self.codes.numel() * self.bits + self.scales.numel() * FP16_BITS + self.zeros.numel() * self.bits
+        zero_bits = 0 if self.symmetric else self.zeros.numel() * self.bits
+        return self.codes.numel() * self.bits + self.scales.numel() * FP16_BITS + zero_bits
 
     @property
     def n_weights(self) -> int:

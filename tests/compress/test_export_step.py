@@ -65,6 +65,23 @@ def test_quantized_step_graph_uses_matmulnbits_and_vq_gather_and_matches_torch(t
     assert step_greedy_ort(tmp_path / "q.onnx", [4, 5], 12) == torch_greedy(q, [4, 5], 12)
 
 
+@pytest.mark.parametrize("bits", [3, 4])
+def test_symmetric_sq_layers_are_written_without_zero_points_and_give_the_same_logits(tmp_path, bits):
+    m = tiny(6)
+    tokens = np.random.default_rng(2).integers(0, 256, size=(2, 6))
+    for sym in (False, True):
+        q, _ = quantize_rwkv(m, CALIB, make_config("rtn", bits=bits, group_size=32, symmetric=sym))
+        out = export_step_onnx(q, tmp_path / f"q{sym}.onnx", accuracy_level=0)
+        nbits = [n for n in onnx.load(tmp_path / f"q{sym}.onnx").graph.node if n.op_type == "MatMulNBits"]
+        # MatMulNBits' default zero point (8) stands for the symmetric grid's, re-centred for 3-bit codes
+        assert nbits and {len(n.input) for n in nbits} == ({3} if sym else {4})
+        rt = get_runtime("onnxruntime", threads=1).load(Artifact("onnx", path=tmp_path / f"q{sym}.onnx"))
+        logits, _ = run_sequence(rt, out["recurrent"], tokens)
+        with torch.no_grad():
+            ref = q(torch.as_tensor(tokens))[0].numpy()
+        assert np.allclose(logits, ref, atol=1e-3)
+
+
 def test_a_module_without_a_step_is_refused_with_a_clear_error(tmp_path):
     with pytest.raises(EdgesmithError, match="step"):
         apply_pass(Artifact("torch", module=torch.nn.Linear(3, 2)), ExportStepOnnxConfig(), PassContext(workdir=tmp_path))

@@ -39,6 +39,19 @@ def test_rtn_bits_per_weight_counts_codes_scales_and_zeros(layer):
     assert q.storage_bits() / q.n_weights == pytest.approx(3 + 19 / 16)
 
 
+@pytest.mark.parametrize("bits", [3, 4])
+def test_symmetric_rtn_keeps_half_a_step_and_stores_no_zero_points(layer, bits):
+    w, _ = layer
+    q = rtn_quantize(w, bits, 16, symmetric=True)
+    step = q.scales.to(torch.float32).repeat_interleave(16, dim=1)
+    # the largest weight sits half a step above the top code, plus up to 2^b - 1 times the fp16 rounding of the scale
+    assert torch.all((w - q.dequantize()).abs() <= step / 2 * (1 + 2**-6) + 1e-6)
+    assert q.symmetric and torch.all(q.zeros == 2 ** (bits - 1))
+    # the zero point is implied, so only codes and fp16 scales count
+    assert q.storage_bits() == 48 * 64 * bits + 48 * 4 * 16
+    assert not rtn_quantize(w, bits, 16).symmetric
+
+
 def test_gptq_beats_rtn_on_output_error_and_uses_the_same_bits(layer):
     w, H = layer
     r, g = rtn_quantize(w, 3, 16), gptq_quantize(w, H, 3, 16, block_size=32)
