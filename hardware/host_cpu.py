@@ -320,8 +320,9 @@ class HostCpu(Target):
             for bits in kopts.bits:
                 q = config_from_dict({"kind": method, "bits": bits, "group_size": kopts.group_size,
                                       "sq_percentile": float(kopts.sq_percentile),
-                                      "quantize_vectors": kopts.quantize_vectors})
-                variants.append(Variant(f"{method.removeprefix('rwkv-')}-{bits}bit", [q, ExportStepOnnxConfig()],
+                                      "quantize_vectors": kopts.quantize_vectors, "symmetric": kopts.symmetric})
+                name = f"{method.removeprefix('rwkv-')}-{bits}bit" + ("-sym" if kopts.symmetric else "")
+                variants.append(Variant(name, [q, ExportStepOnnxConfig()],
                                         ["onnxruntime"], f"{method} {bits}-bit weights, step graph "
                                         "(4-bit SQ layers as MatMulNBits, VQ layers as Gather-dequantize)"))
         notes = ["perplexity is scored on the step graph itself, fed one token at a time with its state carried",

@@ -22,6 +22,7 @@ class TokenLmOptions(KindOptions):
     group_size: int = option(64, "weights per scale of scalar quantization")
     sq_percentile: float = option(90.0, "RWKVQuant's threshold percentile (share of matrices below tau, per proxy)")
     quantize_vectors: bool = option(True, "codebook-quantize the token-shift multiplication vectors (every method)")
+    symmetric: bool = option(False, "symmetric scalar grids (no zero points stored; faster MatMulNBits on CPU)")
 
     def validate(self) -> None:
         methods, bits = tuple(self.methods), tuple(self.bits)
@@ -35,8 +36,9 @@ class TokenLmOptions(KindOptions):
         p = self.sq_percentile
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 100:
             self._fail("sq_percentile", f"is {p!r}", "use a percentile in (0, 100], e.g. 90.")
-        if not isinstance(self.quantize_vectors, bool):
-            self._fail("quantize_vectors", f"is {self.quantize_vectors!r}", "use true or false.")
+        for name in ("quantize_vectors", "symmetric"):
+            if not isinstance(getattr(self, name), bool):
+                self._fail(name, f"is {getattr(self, name)!r}", "use true or false.")
 
 
 @register_kind

@@ -127,3 +127,10 @@ def test_each_kind_gets_its_own_variants_on_the_host():
     assert plans["stream"]["sparse-fixed"].runtimes == ["lrnn-ref"]
     assert {n: v.runtimes for n, v in plans["tree-policy"].items()} == {"trees": ["trees"], "onnx": ["onnxruntime"],
                                                                          "c": ["c"]}
+
+
+def test_symmetric_grids_are_a_token_lm_option_named_in_the_variant():
+    plan = _by_name(get_target("host-cpu").plan(SimpleNamespace(name="m", kind="token-lm", native_format="torch"),
+                                                PlanOptions(options={"methods": ["rwkv-gptq"], "bits": [3],
+                                                                     "symmetric": True})))
+    assert list(plan) == ["fp32", "gptq-3bit-sym"] and plan["gptq-3bit-sym"].passes[0].symmetric is True
