@@ -6,7 +6,8 @@
 The model has random weights (speed does not depend on their values) and is large enough that its
 fp32 linear weights (hundreds of MB) cannot stay in the CPU cache, so each token streams every
 weight from DRAM: batch-1 decoding is memory-bound. Graphs: fp32; every block linear RTN-quantized to
-4-bit codes (group 64) and run as MatMulNBits (accuracy_level 4); and the model quantized by RWKVQuant at
+4-bit codes (group 64) and run as MatMulNBits (accuracy_level 4), with asymmetric grids ("int4", zero points
+stored) and symmetric ones ("int4-sym", none stored: onnxruntime's kernel skips them); and the model quantized by RWKVQuant at
 4 bits (its SQ layers as MatMulNBits, its VQ layers as a Gather of their codebooks that onnxruntime folds
 to an fp32 weight at load, and again with them as exact 8-bit MatMulNBits, ``vq_form="int8"``). Embedding lookup, LoRAs and head stay fp32 in all. Each is exported twice: the
 deploy graph (batch dimension dynamic, what ``edgesmith deploy`` writes) and the decode graph
@@ -69,14 +70,15 @@ def random_model(version: int, n_layer: int, n_embd: int, head_size: int, seed: 
     return m
 
 
-def quantize_rtn(model, bits: int, group: int):
+def quantize_rtn(model, bits: int, group: int, symmetric: bool = False):
     import copy
 
     q = copy.deepcopy(model)
     for name, lin in linear_modules(q).items():
         parent, _, attr = name.rpartition(".")
         setattr(q.get_submodule(parent), attr,
-                QuantLinear(rtn_quantize(lin.weight.detach(), bits, group), lin.in_features, lin.out_features))
+                QuantLinear(rtn_quantize(lin.weight.detach(), bits, group, symmetric), lin.in_features,
+                            lin.out_features))
     return q
 
 
@@ -116,16 +118,16 @@ def bytes_per_token(path: Path, spec: dict) -> dict:
 
 
 class ReadProbe:
-    """The read bandwidth a token's weights can stream at, on ``threads`` threads, measured two ways: a torch
-    float32 sum of an ``n_bytes`` array, and onnxruntime's own fp32 MatMul over a chain of ``links`` batch-1
+    """The read bandwidth a token's weights can stream at, per thread count in ``threads``, measured two ways: a
+    torch float32 sum of an ``n_bytes`` array, and onnxruntime's own fp32 MatMul over a chain of ``links`` batch-1
     products with 1024 x 4096 weights (16 MiB each: the decode's access pattern). The bound uses the faster of
     the two: a bound some kernel beats is no bound. Called once per decode round, so the bound moves with a
-    shared machine's load."""
+    shared machine's load. One array and one chain serve every thread count (a session per count)."""
 
-    def __init__(self, threads: int, n_bytes: int = 512 * 2**20, links: int = 24, reps: int = 3):
+    def __init__(self, threads: list[int], n_bytes: int = 512 * 2**20, links: int = 24, reps: int = 3):
         from onnx import TensorProto, helper, numpy_helper
 
-        self.threads, self.reps = threads, reps
+        self.reps = reps
         self.array = torch.ones(n_bytes // 4)
         rng = np.random.default_rng(0)
         nodes, inits, x = [], [], "x"
@@ -137,23 +139,24 @@ class ReadProbe:
         g = helper.make_graph(nodes, "stream", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024])],
                               [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 4096 if links % 2 else 1024])],
                               inits)
-        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
         self.chain_bytes = sum(t.ByteSize() for t in inits)
-        self.session = ort_session(model.SerializeToString(), threads)
         self.x = {"x": rng.standard_normal((1, 1024), dtype=np.float32)}
-        self.session.run(None, self.x)
+        self.sessions = {t: ort_session(model, t) for t in threads}
+        for sess in self.sessions.values():
+            sess.run(None, self.x)
 
-    def __call__(self) -> dict:
-        """Bytes/s of each stream (best of ``reps``) and the faster of the two."""
+    def __call__(self, threads: int) -> dict:
+        """Bytes/s of each stream on ``threads`` threads (best of ``reps``) and the faster of the two."""
         before = torch.get_num_threads()
-        torch.set_num_threads(self.threads)
+        torch.set_num_threads(threads)
         t_sum = t_mm = float("inf")
         for _ in range(self.reps):
             t = time.perf_counter()
             self.array.sum().item()
             t_sum = min(t_sum, time.perf_counter() - t)
             t = time.perf_counter()
-            self.session.run(None, self.x)
+            self.sessions[threads].run(None, self.x)
             t_mm = min(t_mm, time.perf_counter() - t)
         torch.set_num_threads(before)
         out = {"torch_sum": self.array.numel() * 4 / t_sum, "ort_matmul": self.chain_bytes / t_mm}
@@ -199,16 +202,19 @@ def op_profile(path: Path, spec: dict, threads: int, steps: int = 32) -> dict:
 
 
 def matmulnbits_in_cache(threads: int, k: int = 1024, n: int = 4096, bits: int = 4, reps: int = 200,
-                         accuracy_level: int = 4) -> dict:
-    """One MatMulNBits (block 64; ``accuracy_level`` 4: int8 activations, 0: fp32) on a weight small enough to stay
-    in cache: the kernel's own rate when memory is not what limits it (weights per second, weight bytes per second)."""
+                         accuracy_level: int = 4, zero_points: bool = False) -> dict:
+    """One MatMulNBits (block 64; ``accuracy_level`` 4: int8 activations, 0: fp32; with or without stored zero
+    points) on a weight small enough to stay in cache: the kernel's own rate when memory is not what limits it
+    (weights per second, weight bytes per second)."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
     bs, nb = 64, k // 64
     inits = [numpy_helper.from_array(rng.integers(0, 256, (n, nb, bs * bits // 8), dtype=np.uint8), "B"),
              numpy_helper.from_array((rng.random(n * nb) * 0.01).astype(np.float32), "S")]
-    node = helper.make_node("MatMulNBits", ["x", "B", "S"], ["y"], domain="com.microsoft", K=k, N=n, bits=bits,
+    if zero_points:
+        inits.append(numpy_helper.from_array(rng.integers(0, 256, n * -(-nb * bits // 8), dtype=np.uint8), "Z"))
+    node = helper.make_node("MatMulNBits", ["x"] + [t.name for t in inits], ["y"], domain="com.microsoft", K=k, N=n, bits=bits,
                             block_size=bs, accuracy_level=accuracy_level)
     g = helper.make_graph([node], "kernel", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])], inits)
@@ -223,7 +229,7 @@ def matmulnbits_in_cache(threads: int, k: int = 1024, n: int = 4096, bits: int =
     for _ in range(reps):
         sess.run(None, {"x": x})
     dt = (time.perf_counter() - t) / reps
-    return {"shape": [n, k], "bits": bits, "accuracy_level": accuracy_level, "us": dt * 1e6,
+    return {"shape": [n, k], "bits": bits, "accuracy_level": accuracy_level, "zero_points": zero_points, "us": dt * 1e6,
             "Gweights_per_s": k * n / dt / 1e9,
             "GBps": k * n * bits / 8 / dt / 1e9}
 
@@ -236,6 +242,29 @@ def quantize_rwkvquant(model, bits: int, seed: int = 0):
     calib = sequences(load_splits().train, 128, 64, seed=seed)
     q, rep = quantize_rwkv(model, calib, make_config("rwkvquant", bits=bits))
     return q, {"n_sq": rep.extra["n_sq"], "n_vq": rep.extra["n_vq"], "bits_per_weight": rep.bits_per_weight}
+
+
+def symmetric_ab(models: dict, threads: list[int], rounds: int, tokens: int) -> dict:
+    """Tokens/s of two models' decode graphs, one round of each in turn (so both see the same load), and the
+    median over rounds of the second's speed over the first's."""
+    (a, ma), (b, mb) = models.items()
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        specs = {n: export_step_onnx(m, Path(tmp) / f"{n}.onnx", accuracy_level=4, batch=1)["recurrent"]
+                 for n, m in ((a, ma), (b, mb))}
+        for t in threads:
+            decs = {n: StepDecoder(Path(tmp) / f"{n}.onnx", spec, threads=t) for n, spec in specs.items()}
+            runs = {n: [] for n in decs}
+            for _ in range(rounds):
+                for n, dec in decs.items():
+                    runs[n].append(tokens_per_s(dec, tokens))
+            ratios = [y / x for x, y in zip(runs[a], runs[b])]
+            out[str(t)] = {"runs": runs, "median_tokens_per_s": {n: statistics.median(r) for n, r in runs.items()},
+                           f"{b}_over_{a}": statistics.median(ratios), "rounds_faster": sum(r > 1 for r in ratios)}
+            print(f"{t} thread(s): {a} {out[str(t)]['median_tokens_per_s'][a]:.1f} tok/s, {b} "
+                  f"{out[str(t)]['median_tokens_per_s'][b]:.1f} tok/s; paired median {b}/{a} "
+                  f"{out[str(t)][f'{b}_over_{a}']:.3f}, faster in {out[str(t)]['rounds_faster']} of {rounds} rounds")
+    return out
 
 
 def main(argv=None) -> int:
@@ -252,20 +281,29 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 0], help="thread counts; 0 = all cores")
     ap.add_argument("--no-rwkvquant", action="store_true", help="skip the RWKVQuant graph (it takes a minute)")
+    ap.add_argument("--symmetric-ab", action="store_true",
+                    help="only the int4 decode graphs, asymmetric vs symmetric, rounds interleaved and paired")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
     threads = sorted({t if t > 0 else os.cpu_count() for t in a.threads})
     torch.set_num_threads(max(threads))
     m = random_model(a.version, a.n_layer, a.n_embd, a.head_size)
-    models = {"fp32": m, f"int{a.bits}": quantize_rtn(m, a.bits, a.group)}
+    models = {"fp32": m, f"int{a.bits}": quantize_rtn(m, a.bits, a.group),
+              f"int{a.bits}-sym": quantize_rtn(m, a.bits, a.group, symmetric=True)}
     res = {"model": m.cfg.to_dict(), "bits": a.bits, "group": a.group, "cpu_count": os.cpu_count(),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "graphs": {}}
+    if a.symmetric_ab:
+        res["symmetric_ab"] = symmetric_ab({k: models[k] for k in (f"int{a.bits}", f"int{a.bits}-sym")}, threads,
+                                           a.rounds, a.tokens)
+        if a.out:
+            write_json(a.out, res)
+        return 0
     if not a.no_rwkvquant:
         models[f"rwkvquant-{a.bits}bit"], res["rwkvquant"] = quantize_rwkvquant(m, a.bits)
     prompt = [1, 2, 3]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        probes = {t: ReadProbe(t) for t in threads}
+        probe = ReadProbe(threads)
         res["read_bandwidth_GBps"] = {str(t): [] for t in threads}  # every round's probe, best of the two streams
         variants = [(name, mod, "gather") for name, mod in models.items()]
         if not a.no_rwkvquant:
@@ -284,7 +322,7 @@ def main(argv=None) -> int:
                     dec = StepDecoder(path, spec, threads=t)
                     runs, bounds = [], []
                     for _ in range(a.rounds):  # the bound probed right before each round: both see the same load
-                        bw = probes[t]()
+                        bw = probe(t)
                         res["read_bandwidth_GBps"][str(t)].append(bw["best"] / 1e9)
                         bounds.append(bw["best"] / moved["total"])
                         runs.append(tokens_per_s(dec, a.tokens))
@@ -292,12 +330,13 @@ def main(argv=None) -> int:
                                      "bound_tokens_per_s": statistics.median(bounds), "bounds": bounds,
                                      "times_bound": statistics.median(b / r for b, r in zip(bounds, runs))}
                     rows.append((name, graph, t, moved["total"], entry[str(t)]))
-                    if name == f"int{a.bits}" and graph == "decode":
+                    if name in (f"int{a.bits}", f"int{a.bits}-sym") and graph == "decode":
+                        zp = name == f"int{a.bits}"  # the asymmetric grid stores zero points, the symmetric none
                         entry[str(t)]["profile"] = op_profile(path, spec, t)
-                        entry[str(t)]["profile"]["matmulnbits_in_cache"] = matmulnbits_in_cache(t)
+                        entry[str(t)]["profile"]["matmulnbits_in_cache"] = matmulnbits_in_cache(t, zero_points=zp)
                         # level 0 computes in fp32 (dequantized weights): the choice level 4 is measured against
                         entry[str(t)]["profile"]["matmulnbits_in_cache_fp32_compute"] = matmulnbits_in_cache(
-                            t, accuracy_level=0, reps=50)
+                            t, accuracy_level=0, reps=50, zero_points=zp)
                 res["graphs"][f"{name}/{graph}"] = entry
                 if a.out:  # what is measured so far survives a later failure
                     write_json(a.out, res)
@@ -317,10 +356,10 @@ def main(argv=None) -> int:
     for name, graph, t, moved, r in rows:
         print(f"| {name} | {graph} | {t} | {moved / 1e6:.1f} | {r['tokens_per_s']:.1f} | {r['bound_tokens_per_s']:.1f} "
               f"| {r['times_bound']:.2f} | {r['times_best_bound']:.2f} |")
-    for t in threads:
-        prof = res["graphs"][f"int{a.bits}/decode"][str(t)]["profile"]
+    for name, t in ((name, t) for name in (f"int{a.bits}", f"int{a.bits}-sym") for t in threads):
+        prof = res["graphs"][f"{name}/decode"][str(t)]["profile"]
         top = ", ".join(f"{op} {us:.0f}" for op, us in list(prof["kernel_us_per_step"].items())[:5])
-        print(f"int{a.bits} decode graph, {t} thread(s), profiled kernel us per step: {top} (all {prof['total_kernel_us']:.0f}); "
+        print(f"{name} decode graph, {t} thread(s), profiled kernel us per step: {top} (all {prof['total_kernel_us']:.0f}); "
               f"MatMulNBits reads its weights at {prof.get('matmulnbits_GBps', 0):.1f} GB/s; alone on an in-cache "
               f"1024 x 4096 weight it does {prof['matmulnbits_in_cache']['Gweights_per_s']:.1f} G weights/s "
               f"({prof['matmulnbits_in_cache_fp32_compute']['Gweights_per_s']:.1f} at accuracy_level 0)")

@@ -8,9 +8,11 @@ from edgesmith.bench.benchmarks.rwkv_decode_speed import ReadProbe
 
 
 def test_read_probe_measures_both_streams_and_bounds_with_the_faster():
-    bw = ReadProbe(1, n_bytes=8 * 2**20, links=3, reps=2)()
-    assert bw["torch_sum"] > 0 and bw["ort_matmul"] > 0
-    assert bw["best"] == max(bw["torch_sum"], bw["ort_matmul"])
+    probe = ReadProbe([1, 2], n_bytes=8 * 2**20, links=3, reps=2)
+    for t in (1, 2):
+        bw = probe(t)
+        assert bw["torch_sum"] > 0 and bw["ort_matmul"] > 0
+        assert bw["best"] == max(bw["torch_sum"], bw["ort_matmul"])
 
 
 @pytest.mark.parametrize("version", [6, 7])
@@ -23,7 +25,7 @@ def test_decode_benchmark_pairs_each_round_with_its_own_bound(tmp_path, monkeypa
                                    "--tokens", "4", "--rounds", "2", "--threads", "1", "--no-rwkvquant",
                                    "--out", str(out)]) == 0
     res = json.loads(out.read_text())
-    assert set(res["graphs"]) == {"fp32/deploy", "fp32/decode", "int4/deploy", "int4/decode"}
+    assert set(res["graphs"]) == {f"{m}/{g}" for m in ("fp32", "int4", "int4-sym") for g in ("deploy", "decode")}
     # int4 graphs quantize activations to int8 (accuracy_level 4): a tiny random model's near-tied logits may flip
     assert res["graphs"]["fp32/decode"]["same_tokens_as_torch"] and res["graphs"]["fp32/deploy"]["same_tokens_as_torch"]
     for g in res["graphs"].values():
@@ -35,7 +37,22 @@ def test_decode_benchmark_pairs_each_round_with_its_own_bound(tmp_path, monkeypa
         assert r["times_best_bound"] >= max(r["bounds"]) / r["tokens_per_s"] - 1e-9
     per_layer = {6: 8, 7: 6}[version]  # time mix r k v (gate) output, channel mix key value (receptance)
     assert res["graphs"]["int4/decode"]["matmulnbits"] == 2 * per_layer  # every block linear, both layers
-    assert len(res["read_bandwidth_GBps"]["1"]) == 2 * 4  # one probe per round of every graph
+    assert res["graphs"]["int4-sym/decode"]["matmulnbits"] == 2 * per_layer
+    # no zero points stored: fewer bytes a token moves than the asymmetric graph's
+    moved = {m: res["graphs"][f"{m}/decode"]["bytes_per_token"]["weights"] for m in ("int4", "int4-sym")}
+    assert moved["int4-sym"] < moved["int4"]
+    assert len(res["read_bandwidth_GBps"]["1"]) == 2 * 6  # one probe per round of every graph
     prof = res["graphs"]["int4/decode"]["1"]["profile"]
     levels = (prof["matmulnbits_in_cache"], prof["matmulnbits_in_cache_fp32_compute"])
     assert [p["accuracy_level"] for p in levels] == [4, 0] and all(p["Gweights_per_s"] > 0 for p in levels)
+
+
+def test_symmetric_ab_interleaves_rounds_and_pairs_them(tmp_path):
+    out = tmp_path / "ab.json"
+    assert rwkv_decode_speed.main(["--version", "7", "--n-layer", "2", "--n-embd", "64", "--head-size", "16",
+                                   "--tokens", "3", "--rounds", "3", "--threads", "1", "--symmetric-ab",
+                                   "--out", str(out)]) == 0
+    r = json.loads(out.read_text())["symmetric_ab"]["1"]
+    assert [len(v) for v in r["runs"].values()] == [3, 3]
+    ratios = sorted(b / a for a, b in zip(r["runs"]["int4"], r["runs"]["int4-sym"]))
+    assert r["int4-sym_over_int4"] == ratios[1] and r["rounds_faster"] == sum(x > 1 for x in ratios)
