@@ -247,11 +247,11 @@ def quantize_rwkvquant(model, bits: int, seed: int = 0):
 def symmetric_ab(models: dict, threads: list[int], rounds: int, tokens: int) -> dict:
     """Tokens/s of two models' decode graphs, one round of each in turn (so both see the same load), and the
     median over rounds of the second's speed over the first's."""
-    (a, ma), (b, mb) = models.items()
+    a, b = models
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         specs = {n: export_step_onnx(m, Path(tmp) / f"{n}.onnx", accuracy_level=4, batch=1)["recurrent"]
-                 for n, m in ((a, ma), (b, mb))}
+                 for n, m in models.items()}
         for t in threads:
             decs = {n: StepDecoder(Path(tmp) / f"{n}.onnx", spec, threads=t) for n, spec in specs.items()}
             runs = {n: [] for n in decs}
@@ -356,13 +356,15 @@ def main(argv=None) -> int:
     for name, graph, t, moved, r in rows:
         print(f"| {name} | {graph} | {t} | {moved / 1e6:.1f} | {r['tokens_per_s']:.1f} | {r['bound_tokens_per_s']:.1f} "
               f"| {r['times_bound']:.2f} | {r['times_best_bound']:.2f} |")
-    for name, t in ((name, t) for name in (f"int{a.bits}", f"int{a.bits}-sym") for t in threads):
-        prof = res["graphs"][f"{name}/decode"][str(t)]["profile"]
-        top = ", ".join(f"{op} {us:.0f}" for op, us in list(prof["kernel_us_per_step"].items())[:5])
-        print(f"{name} decode graph, {t} thread(s), profiled kernel us per step: {top} (all {prof['total_kernel_us']:.0f}); "
-              f"MatMulNBits reads its weights at {prof.get('matmulnbits_GBps', 0):.1f} GB/s; alone on an in-cache "
-              f"1024 x 4096 weight it does {prof['matmulnbits_in_cache']['Gweights_per_s']:.1f} G weights/s "
-              f"({prof['matmulnbits_in_cache_fp32_compute']['Gweights_per_s']:.1f} at accuracy_level 0)")
+    for name in (f"int{a.bits}", f"int{a.bits}-sym"):
+        for t in threads:
+            prof = res["graphs"][f"{name}/decode"][str(t)]["profile"]
+            top = ", ".join(f"{op} {us:.0f}" for op, us in list(prof["kernel_us_per_step"].items())[:5])
+            print(f"{name} decode graph, {t} thread(s), profiled kernel us per step: {top} "
+                  f"(all {prof['total_kernel_us']:.0f}); MatMulNBits reads its weights at "
+                  f"{prof.get('matmulnbits_GBps', 0):.1f} GB/s; alone on an in-cache 1024 x 4096 weight it does "
+                  f"{prof['matmulnbits_in_cache']['Gweights_per_s']:.1f} G weights/s "
+                  f"({prof['matmulnbits_in_cache_fp32_compute']['Gweights_per_s']:.1f} at accuracy_level 0)")
     print("same tokens as torch: " + ", ".join(f"{k} {v['same_tokens_as_torch']}" for k, v in res["graphs"].items()))
     return 0
 

@@ -69,12 +69,12 @@ def _matmulnbits(node: onnx.NodeProto, q: SQTensor, prefix: str, accuracy_level:
     codes = np.zeros((out, nb * bs), dtype=np.uint8)
     # a symmetric grid (zero point 2^(b-1)) is re-centred on 8, MatMulNBits' default zero point, and stored without
     # zero points: the same weights ((q + 8 - 2^(b-1)) - 8 = q - 2^(b-1)), and the CPU kernel is faster without them
-    shift = 8 - 2 ** (q.bits - 1) if q.symmetric else 0
-    codes[:, :k] = q.codes.numpy() + shift
+    symmetric = q.symmetric
+    codes[:, :k] = q.codes.numpy() + (8 - 2 ** (q.bits - 1) if symmetric else 0)
     packed = _pack_nibbles(codes.reshape(out, nb, bs))
     inits = [numpy_helper.from_array(packed, prefix + "_B"),
              numpy_helper.from_array(q.scales.to(torch.float32).numpy().reshape(-1), prefix + "_scales")]
-    if not q.symmetric:
+    if not symmetric:
         zeros = q.zeros.numpy().astype(np.uint8)
         if nb % 2:
             zeros = np.concatenate([zeros, np.zeros((out, 1), np.uint8)], axis=1)

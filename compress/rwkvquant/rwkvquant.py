@@ -114,9 +114,11 @@ class RWKVQuantBase(PassConfig):
 
     def sq_label(self) -> str:
         """``rtn`` or ``gptq``, with the published options in use named: ``gptq (act-order, static groups)``."""
-        opts = [n for n, on in (("act-order", self.act_order), ("static groups", self.static_groups),
-                                ("symmetric", self.symmetric)) if on and (self.method != "rtn" or n == "symmetric")]
-        return ("rtn" if self.method == "rtn" else "gptq") + (f" ({', '.join(opts)})" if opts else "")
+        base = "rtn" if self.method == "rtn" else "gptq"
+        opts = [] if base == "rtn" else [n for n, on in (("act-order", self.act_order),
+                                                          ("static groups", self.static_groups)) if on]
+        opts += ["symmetric"] if self.symmetric else []  # RTN's grid too
+        return base + (f" ({', '.join(opts)})" if opts else "")
 
 
     def sq_overhead_bits(self) -> float:
