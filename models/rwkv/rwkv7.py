@@ -11,9 +11,11 @@ Parameter names and shapes follow the official checkpoints (BlinkDL/RWKV-LM, RWK
     S = S diag(decay) - S kk (kk*a)^T + v k^T;  y = S r              (per head, S is [value, key])
     out = output((GroupNorm(y) + (r*k*r_k).sum_per_head * v) * g)
 
-The sequence form computes every projection for all tokens at once and scans only the matrix
-state over time (the generalised delta rule has no cheap exact chunked form in plain torch); the
-step form runs the same cell on one token, so the two agree to rounding.
+The sequence form computes every projection for all tokens at once and runs the matrix state
+16 tokens at a time in the WY (chunked) form of the delta rule (``wkv7_chunked``): a few batched
+matrix products per chunk in place of 16 small steps (training-step times of both forms:
+``bench/benchmarks/rwkv_train_speed.py``). The step form runs the cell on one token
+(``wkv7_scan``); the two agree to rounding.
 """
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgesmith.models.rwkv.base import RWKVConfig, RWKVModel, group_norm_heads, ratio_ramp, stack_time, token_shift
+
+
+CHUNK = 16
 
 
 def wkv7_step(S, r, decay, k, v, kk, a):
@@ -42,6 +47,69 @@ def wkv7_scan(r, logw, k, v, kk, a, S):
         y, S = wkv7_step(S, r[:, t], decay[:, t], k[:, t], v[:, t], kk[:, t], a[:, t])
         ys.append(y)
     return stack_time(ys), S
+
+
+def unit_lower_inverse(m: torch.Tensor) -> torch.Tensor:
+    """(I - m)^-1 for strictly lower-triangular m (..., L, L): the Neumann series, which ends because m^L = 0,
+    summed by repeated squaring, (I + m)(I + m^2)(I + m^4)... Matrix products only: it runs as batched GEMMs
+    on any device and exports to ONNX, where a triangular solve does neither well."""
+    eye = torch.eye(m.shape[-1], dtype=m.dtype, device=m.device)
+    inv, power, reach = eye + m, m, 2
+    while reach < m.shape[-1]:
+        power = power @ power
+        inv = inv @ (eye + power)  # now m^0 + m^1 + ... + m^(2 reach - 1)
+        reach *= 2
+    return inv
+
+
+def wkv7_chunked(r, logw, k, v, kk, a, S, chunk: int = CHUNK):
+    """The same delta rule as ``wkv7_scan``, ``chunk`` tokens at a time with matrix products.
+
+    Per head, with b = -kk, c = kk*a and the transition A_t = diag(decay_t) + b_t c_t^T acting on the key side,
+    S_t = S_{t-1} A_t + v_t k_t^T. Inside a chunk that starts from S0, with g_t the inclusive cumulative log-decay:
+
+        S_t = S0 diag(e^g_t) + sum_{i<=t} (x_i c_i^T + v_i k_i^T) diag(e^(g_t - g_i)),   x_i = S_{i-1} b_i
+        X = (I - tril(b~ c^^T, -1))^-1 (b~ S0^T + tril(b~ k^^T, -1) V)    b~ = b e^(g_{t-1}), c^ = c e^-g, k^ = k e^-g
+        Y = r~ S0^T + tril(r~ c^^T) X + tril(r~ k^^T) V                      r~ = r e^g
+
+    (the WY form of a product of identity-plus-rank-one matrices, as in the chunked DeltaNet / RWKV-7 kernels).
+    X and Y are affine in S0, so every chunk's coefficients come from batched matrix products (the inverse by
+    ``unit_lower_inverse``), and only S_end = S0 (diag(e^g_L) + P) + Q runs chunk after chunk. RWKV-7 bounds each
+    log-decay below by -e^-0.5 (w <= -0.5), so within a chunk of 16 no factor e^-g exceeds e^9.7 and fp32 keeps
+    its precision (``wkv7_scan`` takes any decay).
+    """
+    B, T, H, N = r.shape
+    pad = (-T) % chunk
+    if pad:  # pad the tail with tokens that change nothing: no decay, no update (b = c = k = v = 0) and r = 0
+        z = lambda t: F.pad(t, (0, 0, 0, 0, 0, pad))  # noqa: E731
+        r, logw, k, v, kk, a = z(r), z(logw), z(k), z(v), z(kk), z(a)
+    C = r.shape[1] // chunk
+    blocks = lambda t: t.view(B, C, chunk, H, N).permute(0, 3, 1, 2, 4)  # noqa: E731  (B, H, C, L, N)
+    r, logw, k, v, kk, a = map(blocks, (r, logw, k, v, kk, a))
+    b, c = -kk, kk * a
+    g = torch.cumsum(logw, dim=3)
+    g_last = g[:, :, :, -1:]
+    b_t, r_t = b * torch.exp(g - logw), r * torch.exp(g)
+    c_h, k_h = c * torch.exp(-g), k * torch.exp(-g)
+    strict = torch.ones(chunk, chunk, dtype=torch.bool, device=r.device).tril(-1)
+    incl = torch.ones(chunk, chunk, dtype=torch.bool, device=r.device).tril()
+    lower = lambda m, mask: m.masked_fill(~mask, 0.0)  # noqa: E731
+    m_bc, m_bk = lower(b_t @ c_h.transpose(-1, -2), strict), lower(b_t @ k_h.transpose(-1, -2), strict)
+    m_rc, m_rk = lower(r_t @ c_h.transpose(-1, -2), incl), lower(r_t @ k_h.transpose(-1, -2), incl)
+    inv = unit_lower_inverse(m_bc)
+    W, U = inv @ b_t, inv @ (m_bk @ v)  # X = W S0^T + U
+    c_end, k_end = c * torch.exp(g_last - g), k * torch.exp(g_last - g)
+    # S_end = S0 diag(e^g_last) + S0 P + Q
+    decay, P = torch.exp(g_last), W.transpose(-1, -2) @ c_end
+    Q = U.transpose(-1, -2) @ c_end + v.transpose(-1, -2) @ k_end
+    starts = []
+    for i in range(C):
+        starts.append(S)
+        S = S * decay[:, :, i] + S @ P[:, :, i] + Q[:, :, i]
+    S0 = torch.stack(starts, dim=2)  # (B, H, C, N, N): the state entering each chunk
+    y = (r_t + m_rc @ W) @ S0.transpose(-1, -2) + m_rc @ U + m_rk @ v
+    y = y.permute(0, 2, 3, 1, 4).reshape(B, C * chunk, H, N)
+    return y[:, :T], S
 
 
 class TimeMix7(nn.Module):
@@ -81,7 +149,7 @@ class TimeMix7(nn.Module):
         self.ln_x = nn.GroupNorm(H, C, eps=64e-5)
         self.shift_probe = nn.Identity()  # hook point: calibration reads the token-shift difference here
 
-    def forward(self, x, last_x, S, v_first):
+    def forward(self, x, last_x, S, v_first, recurrent: bool = False):
         B, T, C = x.shape
         H, N = self.n_head, self.head_size
         xx = self.shift_probe(token_shift(x, last_x))
@@ -100,7 +168,8 @@ class TimeMix7(nn.Module):
         kk = F.normalize((k * self.k_k).view(B, T, H, N), dim=-1, p=2.0)
         k = k * (1 + (a - 1) * self.k_a)
         heads = lambda z: z.view(B, T, H, N)  # noqa: E731
-        y, S = wkv7_scan(heads(r), -torch.exp(heads(w)), heads(k), heads(v), kk, heads(a), S)
+        wkv = wkv7_scan if recurrent or T == 1 else wkv7_chunked
+        y, S = wkv(heads(r), -torch.exp(heads(w)), heads(k), heads(v), kk, heads(a), S)
         y = group_norm_heads(y.reshape(B, T, C), H, self.ln_x.weight, self.ln_x.bias)
         bonus = (heads(r) * heads(k) * self.r_k).sum(-1, keepdim=True) * heads(v)
         return self.output((y + bonus.reshape(B, T, C)) * g), x[:, -1], S, v_first
@@ -133,4 +202,4 @@ class RWKV7(RWKVModel):
     channel_mix = ChannelMix7
 
     def _time_mix(self, att, x, last_x, wkv, recurrent, carry):
-        return att(x, last_x, wkv, carry)
+        return att(x, last_x, wkv, carry, recurrent)

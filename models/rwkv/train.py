@@ -88,6 +88,28 @@ def perplexity(forward, windows: np.ndarray, batch: int = 16) -> float:
     return math.exp(float(window_nll(forward, windows, batch).mean()))
 
 
+def make_optimizer(model, settings: TrainSettings) -> torch.optim.AdamW:
+    """AdamW with weight decay on the 2-D weight matrices only (not on norms, mixes, decays or LoRA biases)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (decay if p.ndim == 2 and ("weight" in name) and "ln" not in name else no_decay).append(p)
+    return torch.optim.AdamW([{"params": decay, "weight_decay": settings.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=settings.lr, betas=(0.9, 0.99))
+
+
+def train_step(model, opt, x: torch.Tensor, recurrent: bool = False) -> torch.Tensor:
+    """One optimizer step of next-token prediction on windows ``x`` (B, T+1); returns the loss (not synced).
+    ``recurrent=True`` runs the sequence through the token-by-token WKV in place of the chunked one (the same
+    function, for timing the two)."""
+    logits, _ = model(x[:, :-1], recurrent=recurrent)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss.detach()
+
+
 def train(settings: TrainSettings, log=print, text_root: str | Path | None = None):
     """Train one reference model; returns (model on the CPU, facts dict). ``text_root``: the standard library
     folder to read (default: this interpreter's); the facts' data fingerprint says which text it was."""
@@ -97,11 +119,7 @@ def train(settings: TrainSettings, log=print, text_root: str | Path | None = Non
                      head_size=settings.head_size)
     device = torch.device(settings.device)
     model = build_model(cfg).to(device)
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        (decay if p.ndim == 2 and ("weight" in name) and "ln" not in name else no_decay).append(p)
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": settings.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=settings.lr, betas=(0.9, 0.99))
+    opt = make_optimizer(model, settings)
     rng = np.random.default_rng(settings.seed)
     t0, losses = time.perf_counter(), []
     model.train()
@@ -111,13 +129,7 @@ def train(settings: TrainSettings, log=print, text_root: str | Path | None = Non
             g["lr"] = lr
         starts = rng.integers(0, len(splits.train) - settings.seq_len - 1, size=settings.batch)
         x = torch.from_numpy(np.stack([splits.train[s:s + settings.seq_len + 1] for s in starts])).to(device)
-        logits, _ = model(x[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.detach())
+        losses.append(train_step(model, opt, x))
         if step % 50 == 0 or step == settings.steps - 1:
             losses = [float(v) for v in losses]  # one device sync per 50 steps, not per step
             el = time.perf_counter() - t0

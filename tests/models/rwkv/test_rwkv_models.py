@@ -7,6 +7,7 @@ import torch
 from edgesmith.common import EdgesmithError
 from edgesmith.models.rwkv.base import RWKVConfig
 from edgesmith.models.rwkv.rwkv6 import wkv6_chunked, wkv6_recurrent
+from edgesmith.models.rwkv.rwkv7 import wkv7_chunked, wkv7_scan
 
 
 @pytest.mark.parametrize("version", [6, 7])
@@ -47,6 +48,47 @@ def test_wkv6_chunked_matches_recurrent_with_strong_decays():
     y2, s2 = wkv6_chunked(r, k, v, logw, u, S, chunk=16)
     assert torch.isfinite(y2).all()
     assert torch.allclose(y1, y2, atol=1e-4, rtol=1e-4) and torch.allclose(s1, s2, atol=1e-4, rtol=1e-4)
+
+
+def _wkv7_inputs(T, dtype, decay="random", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    B, H, N = 2, 3, 16
+    r, k, v = (torch.randn(B, T, H, N, generator=g, dtype=dtype) for _ in range(3))
+    if decay == "strongest":  # RWKV-7's bound, w = -0.5: the largest e^-g factor the chunked form meets
+        w = torch.full((B, T, H, N), -0.5, dtype=dtype)
+    else:
+        w = -torch.nn.functional.softplus(-torch.randn(B, T, H, N, generator=g, dtype=dtype) * 3) - 0.5
+    kk = torch.nn.functional.normalize(torch.randn(B, T, H, N, generator=g, dtype=dtype), dim=-1)
+    a = torch.rand(B, T, H, N, generator=g, dtype=dtype)
+    return r, -torch.exp(w), k, v, kk, a, torch.randn(B, H, N, N, generator=g, dtype=dtype)
+
+
+@pytest.mark.parametrize("T", [1, 16, 45])
+def test_wkv7_chunked_is_the_delta_rule_scan_exactly_in_float64(T):
+    # T = 45 leaves a partial last chunk, padded with tokens that must not touch the state
+    args = _wkv7_inputs(T, torch.float64)
+    y1, s1 = wkv7_scan(*args)
+    y2, s2 = wkv7_chunked(*args)
+    assert y2.shape == y1.shape
+    assert torch.allclose(y1, y2, atol=1e-11, rtol=0) and torch.allclose(s1, s2, atol=1e-11, rtol=0)
+
+
+def test_wkv7_chunked_keeps_float32_precision_at_the_strongest_decay():
+    args = _wkv7_inputs(64, torch.float32, decay="strongest")
+    exact, s_exact = wkv7_scan(*(t.double() for t in args))
+    y, s = wkv7_chunked(*args)
+    scale = exact.abs().max()
+    assert (y.double() - exact).abs().max() < 1e-5 * scale and (s.double() - s_exact).abs().max() < 1e-5 * scale
+
+
+def test_wkv7_chunked_gradients_match_the_scan():
+    leaves = [t.requires_grad_() for t in _wkv7_inputs(40, torch.float64, seed=4)]
+    grads = []
+    for fn in (wkv7_scan, wkv7_chunked):
+        y, s = fn(*leaves)
+        grads.append(torch.autograd.grad(y.sin().sum() + s.cos().sum(), leaves))
+    for g1, g2 in zip(*grads):
+        assert torch.allclose(g1, g2, atol=1e-10, rtol=1e-8)
 
 
 def test_out_of_vocabulary_tokens_are_rejected_clearly(random_rwkv):
