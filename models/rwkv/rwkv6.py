@@ -8,9 +8,10 @@ x060), so ``model.state_dict()`` *is* the official layout. Time mix per layer:
     y_t = r_t (u * k_t^T v_t + S);  S <- k_t^T v_t + decay * S        (per head, u = time_faaaa)
     out = output(GroupNorm(y) * silu(gate(x_g)))
 
-The chunked form computes, inside a chunk, every pairwise decay exp(sum of log-decays between s
-and t) explicitly, so no exponent is ever positive (the cumulative-product trick overflows in
-fp32 once decays are strong); chunks pass the state on exactly as the step does.
+The chunked form never exponentiates a positive number (the cumulative-product trick overflows in
+fp32 once decays are strong): inside a chunk the decay between two tokens splits at a sub-chunk
+boundary into two factors of at most 1, and every exponent is a direct sum of log-decays, so the
+chunked form keeps the recurrence's fp32 precision; chunks pass the state on exactly as the step does.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from torch import nn
 
 from edgesmith.models.rwkv.base import RWKVConfig, RWKVModel, group_norm_heads, ratio_ramp, stack_time, token_shift
 
-CHUNK = 16
+CHUNK, SUB = 16, 4
 
 
 def wkv6_step(S, r, k, v, decay, u):
@@ -41,26 +42,60 @@ def wkv6_recurrent(r, k, v, logw, u, S):
     return stack_time(ys), S
 
 
-def wkv6_chunked(r, k, v, logw, u, S, chunk: int = CHUNK):
-    """The same WKV as ``wkv6_recurrent``, ``chunk`` tokens at a time with matrix products."""
+def range_sums(lw: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+    """Sums of ``lw`` (..., L, N) over the positions lo < m < hi, for index tensors lo, hi of one shape P ->
+    (..., *P, N). One product with a 0/1 mask: each sum adds only its own terms, where a difference of two
+    running sums would lose the small result to the rounding of a large shared prefix (strong decays)."""
+    m = torch.arange(lw.shape[-2], device=lw.device)
+    mask = ((m > lo.unsqueeze(-1)) & (m < hi.unsqueeze(-1))).to(lw.dtype)
+    return (mask.reshape(-1, lw.shape[-2]) @ lw).view(*lw.shape[:-2], *lo.shape, lw.shape[-1])
+
+
+def wkv6_chunked(r, k, v, logw, u, S, chunk: int = CHUNK, sub: int = SUB):
+    """The same WKV as ``wkv6_recurrent``, ``chunk`` tokens at a time with matrix products.
+
+    Inside a chunk, token s reaches token t > s through the decays of s+1 .. t-1. When s and t lie in different
+    sub-chunks of ``sub`` tokens, that product splits at the end b of s's sub-chunk into (s, b] and (b, t), each
+    factor at most 1, so the pairs of a sub-chunk with everything after it are one matrix product; pairs inside
+    a sub-chunk get their decays one by one. Every exponent is a direct sum of log-decays (``range_sums``), never
+    positive, so strong decays neither overflow nor cost precision. All chunks are computed at once; only the
+    state, S <- decay(chunk) S + sum_s (k_s decay(s, end))^T v_s, runs chunk after chunk.
+    """
     B, T, H, N = r.shape
-    out = []
-    for c0 in range(0, T, chunk):
-        rc, kc, vc, lw = (z[:, c0:c0 + chunk].transpose(1, 2) for z in (r, k, v, logw))  # (B, H, L, N)
-        L = rc.shape[2]
-        A = torch.cumsum(lw, dim=2)  # inclusive log-decay sums
-        A_ex = A - lw  # up to t-1
-        expo = A_ex.unsqueeze(3) - A.unsqueeze(2)  # (B, H, t, s, N): sum of log-decays over s+1..t-1
-        mask = torch.tril(torch.ones(L, L, dtype=torch.bool, device=r.device), diagonal=-1)
-        expo = torch.where(mask[None, None, :, :, None], expo, torch.full_like(expo, -float("inf")))
-        att = torch.einsum("bhti,bhsi,bhtsi->bhts", rc, kc, torch.exp(expo))
-        y = att @ vc
-        y = y + ((rc * u.unsqueeze(1) * kc).sum(-1, keepdim=True)) * vc
-        y = y + torch.einsum("bhti,bhij->bhtj", rc * torch.exp(A_ex), S)
-        A_last = A[:, :, -1:]
-        S = torch.exp(A_last).transpose(-1, -2) * S + torch.einsum("bhsi,bhsj->bhij", kc * torch.exp(A_last - A), vc)
-        out.append(y.transpose(1, 2))
-    return torch.cat(out, dim=1), S
+    pad = (-T) % chunk
+    if pad:  # tokens that change nothing: r = k = v = 0 and no decay
+        z = lambda t: F.pad(t, (0, 0, 0, 0, 0, pad))  # noqa: E731
+        r, k, v, logw = z(r), z(k), z(v), z(logw)
+    C, ns = r.shape[1] // chunk, chunk // sub
+    blocks = lambda t: t.view(B, C, chunk, H, N).permute(0, 3, 1, 2, 4)  # noqa: E731  (B, H, C, L, N)
+    r, k, v, lw = map(blocks, (r, k, v, logw))
+    dev = r.device
+    t = torch.arange(chunk, device=dev)
+    b = (torch.arange(ns, device=dev) + 1) * sub - 1  # the last position of each sub-chunk
+    before = range_sums(lw, torch.full_like(t, -1), t)  # chunk start .. t-1
+    after = range_sums(lw, t, torch.full_like(t, chunk))  # t+1 .. chunk end
+    total = before[:, :, :, -1:] + lw[:, :, :, -1:]
+    later = t[None, :] > b[:, None]  # (ns, L): t lies after sub-chunk j
+    e_r = range_sums(lw, b[:, None].expand(ns, chunk), t[None, :].expand(ns, chunk))  # (b_j, t)
+    R = r.unsqueeze(3) * torch.exp(e_r.masked_fill(~later[:, :, None], -float("inf")))  # (B, H, C, ns, L, N)
+    e_k = range_sums(lw, t.view(ns, sub), b[:, None].expand(ns, sub) + 1)  # (s, b_j]
+    K = k.view(B, H, C, ns, sub, N) * torch.exp(e_k)
+    att = (R @ K.transpose(-1, -2)).permute(0, 1, 2, 4, 3, 5).reshape(B, H, C, chunk, chunk)
+    ti, si = torch.meshgrid(torch.arange(sub, device=dev), torch.arange(sub, device=dev), indexing="ij")
+    e_in = range_sums(lw.view(B, H, C, ns, sub, N), si, ti).masked_fill(~(si < ti)[:, :, None], -float("inf"))
+    inner = torch.einsum("...ti,...si,...tsi->...ts", r.view(B, H, C, ns, sub, N), k.view(B, H, C, ns, sub, N),
+                         torch.exp(e_in))  # (B, H, C, ns, sub, sub): pairs inside one sub-chunk
+    eye = torch.eye(ns, dtype=r.dtype, device=dev)
+    att = att + (inner.unsqueeze(-2) * eye[:, None, :, None]).reshape(B, H, C, chunk, chunk)
+    y = att @ v + (r * u[None, :, None, None] * k).sum(-1, keepdim=True) * v
+    kv = (k * torch.exp(after)).transpose(-1, -2) @ v
+    decay = torch.exp(total).transpose(-1, -2)  # scales the key rows of S
+    starts = []
+    for i in range(C):
+        starts.append(S)
+        S = decay[:, :, i] * S + kv[:, :, i]
+    y = y + (r * torch.exp(before)) @ torch.stack(starts, dim=2)
+    return y.permute(0, 2, 3, 1, 4).reshape(B, C * chunk, H, N)[:, :T], S
 
 
 class TimeMix6(nn.Module):

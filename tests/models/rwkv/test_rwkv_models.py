@@ -37,17 +37,42 @@ def test_parallel_form_continues_from_a_carried_state(version, random_rwkv):
     assert torch.allclose(whole, torch.cat([first, second], dim=1), atol=1e-4, rtol=1e-4)
 
 
-def test_wkv6_chunked_matches_recurrent_with_strong_decays():
-    # log-decays of -20 per step would overflow a cumulative-product chunked form in fp32
-    g = torch.Generator().manual_seed(0)
-    B, T, H, N = 2, 45, 3, 8
-    r, k, v = (torch.randn(B, T, H, N, generator=g) for _ in range(3))
-    logw = -torch.exp(torch.randn(B, T, H, N, generator=g) * 2 + 1)
-    u, S = torch.randn(H, N, generator=g), torch.randn(B, H, N, N, generator=g)
-    y1, s1 = wkv6_recurrent(r, k, v, logw, u, S)
-    y2, s2 = wkv6_chunked(r, k, v, logw, u, S, chunk=16)
-    assert torch.isfinite(y2).all()
-    assert torch.allclose(y1, y2, atol=1e-4, rtol=1e-4) and torch.allclose(s1, s2, atol=1e-4, rtol=1e-4)
+def _wkv6_inputs(T, dtype, seed=0):
+    # log-decays down to about -e^7 per step: a cumulative-product chunked form overflows in fp32, and one built on
+    # differences of running sums loses the small exponents to the rounding of a large prefix
+    g = torch.Generator().manual_seed(seed)
+    B, H, N = 2, 3, 8
+    r, k, v = (torch.randn(B, T, H, N, generator=g, dtype=dtype) for _ in range(3))
+    logw = -torch.exp(torch.randn(B, T, H, N, generator=g, dtype=dtype) * 2 + 1)
+    return r, k, v, logw, torch.randn(H, N, generator=g, dtype=dtype), torch.randn(B, H, N, N, generator=g, dtype=dtype)
+
+
+@pytest.mark.parametrize("T", [1, 16, 45])
+def test_wkv6_chunked_is_the_recurrence_exactly_in_float64(T):
+    args = _wkv6_inputs(T, torch.float64)
+    y1, s1 = wkv6_recurrent(*args)
+    y2, s2 = wkv6_chunked(*args)
+    assert y2.shape == y1.shape
+    assert torch.allclose(y1, y2, atol=1e-11, rtol=0) and torch.allclose(s1, s2, atol=1e-11, rtol=0)
+
+
+def test_wkv6_chunked_keeps_the_recurrences_float32_precision_with_strong_decays():
+    args = _wkv6_inputs(128, torch.float64)
+    exact, s_exact = wkv6_recurrent(*args)
+    f32 = [t.float() for t in args]
+    worst = lambda fn: max((o.double() - e).abs().max() for o, e in zip(fn(*f32), (exact, s_exact)))  # noqa: E731
+    assert torch.isfinite(wkv6_chunked(*f32)[0]).all()
+    assert worst(wkv6_chunked) < 3 * worst(wkv6_recurrent) + 1e-6
+
+
+def test_wkv6_chunked_gradients_match_the_recurrence():
+    leaves = [t.requires_grad_() for t in _wkv6_inputs(40, torch.float64, seed=4)]
+    grads = []
+    for fn in (wkv6_recurrent, wkv6_chunked):
+        y, s = fn(*leaves)
+        grads.append(torch.autograd.grad(y.sin().sum() + s.cos().sum(), leaves))
+    for g1, g2 in zip(*grads):
+        assert torch.allclose(g1, g2, atol=1e-10, rtol=1e-8)
 
 
 def _wkv7_inputs(T, dtype, decay="random", seed=0):
