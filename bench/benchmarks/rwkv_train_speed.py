@@ -9,7 +9,8 @@ cross-entropy, backward, clipping, AdamW): one runs the sequence form the traine
 chunks of 16 tokens), the other the same model with ``recurrent=True`` (the WKV one token at a time, the
 decode cell). The two step in turn, so a slow spell of a shared machine hits both. Per form: the median and
 the best of the timed steps (wall clock, ``perf_counter``, the device synchronized around each step:
-MEASURED), tokens/s, and the losses, which must agree to rounding (same weights, same data).
+MEASURED), tokens/s, and the losses, which must agree to rounding (same weights, same data; the rounding
+differences grow step by step, as training amplifies them).
 
 The time a full preset run would take (``--project-steps``) is the median step time times that number: an
 ESTIMATE from this run's measurement (data loading, logging and the final evaluation are not in it).
