@@ -31,7 +31,7 @@ from edgesmith.common import EdgesmithError
 from edgesmith.models.rwkv.base import RWKVConfig
 from edgesmith.models.rwkv.checkpoint import build_model
 from edgesmith.models.rwkv.data import load_splits
-from edgesmith.models.rwkv.train import SIZES, TrainSettings, make_optimizer, train_step
+from edgesmith.models.rwkv.train import SIZES, TrainSettings, make_optimizer, random_windows, train_step
 
 FORMS = {"chunked": False, "token-by-token": True}  # form -> the ``recurrent`` flag of the forward
 
@@ -56,8 +56,7 @@ def time_version(settings: TrainSettings, steps: int, warmup: int, log=print) ->
     losses = {f: [] for f in FORMS}
     t_start = time.perf_counter()
     for i in range(warmup + steps):
-        starts = rng.integers(0, len(train_text) - settings.seq_len - 1, size=settings.batch)
-        x = torch.from_numpy(np.stack([train_text[s:s + settings.seq_len + 1] for s in starts])).to(device)
+        x = random_windows(train_text, rng, settings, device)
         for form, recurrent in FORMS.items():
             _sync(device)
             t0 = time.perf_counter()

@@ -4,6 +4,8 @@
     python -m edgesmith.models.rwkv.train --version 7 --force    # replace the shipped weights
     python -m edgesmith.models.rwkv.train --version 7 --size large --steps 1200 --device cuda
                                                                  # -> <cache>/rwkv/rwkv7-ref-large.pth (+ .json)
+    python -m edgesmith.models.rwkv.train --version 6 --size large --device cuda --minutes 5
+                                                                 # as many steps as fit in 5 minutes there
 
 Sizes (``SIZES``): "small" is the shipped 2 layers x 128 pair (minutes on a CPU); "large" is 6 layers x 512
 with 64-wide heads, trained longer on bigger batches, for the quantization table where weight distributions
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import time
 from dataclasses import dataclass, asdict
 from pathlib import Path
@@ -112,6 +115,38 @@ def train_step(model, opt, x: torch.Tensor, recurrent: bool = False) -> torch.Te
     return loss.detach()
 
 
+def random_windows(text: np.ndarray, rng: np.random.Generator, settings: TrainSettings, device) -> torch.Tensor:
+    """``settings.batch`` random windows of ``seq_len + 1`` tokens from ``text``, on ``device``."""
+    starts = rng.integers(0, len(text) - settings.seq_len - 1, size=settings.batch)
+    return torch.from_numpy(np.stack([text[s:s + settings.seq_len + 1] for s in starts])).to(device)
+
+
+def steps_for_budget(settings: TrainSettings, minutes: float, probe_steps: int = 10,
+                     text_root: str | Path | None = None) -> tuple[int, float]:
+    """How many steps of ``settings`` fit in ``minutes``: ``probe_steps`` timed training steps (after one
+    warm-up) of a throwaway model on this device; returns (steps, median seconds per step). The final
+    evaluation is not counted (seconds). The training run itself is then an ordinary ``--steps N`` run."""
+    device = torch.device(settings.device)
+    text = load_splits(root=text_root).train
+    model = build_model(RWKVConfig(version=settings.version, n_layer=settings.n_layer, n_embd=settings.n_embd,
+                                   head_size=settings.head_size)).to(device).train()
+    opt, rng, times = make_optimizer(model, settings), np.random.default_rng(settings.seed + 1), []
+    for i in range(probe_steps + 1):
+        x = random_windows(text, rng, settings, device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        float(train_step(model, opt, x))  # float() waits for the device
+        if i:
+            times.append(time.perf_counter() - t0)
+    per_step = statistics.median(times)
+    steps = int(minutes * 60 / per_step)
+    if steps < 1:
+        raise EdgesmithError(f"{minutes} min fits no training step here ({per_step:.2f} s per step).",
+                             "give more minutes, or a smaller --batch.")
+    return steps, per_step
+
+
 def train(settings: TrainSettings, log=print, text_root: str | Path | None = None):
     """Train one reference model; returns (model on the CPU, facts dict). ``text_root``: the standard library
     folder to read (default: this interpreter's); the facts' data fingerprint says which text it was."""
@@ -129,9 +164,7 @@ def train(settings: TrainSettings, log=print, text_root: str | Path | None = Non
         lr = settings.lr * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / settings.steps)))
         for g in opt.param_groups:
             g["lr"] = lr
-        starts = rng.integers(0, len(splits.train) - settings.seq_len - 1, size=settings.batch)
-        x = torch.from_numpy(np.stack([splits.train[s:s + settings.seq_len + 1] for s in starts])).to(device)
-        losses.append(train_step(model, opt, x))
+        losses.append(train_step(model, opt, random_windows(splits.train, rng, settings, device)))
         if step % 50 == 0 or step == settings.steps - 1:
             losses = [float(v) for v in losses]  # one device sync per 50 steps, not per step
             el = time.perf_counter() - t0
@@ -155,6 +188,9 @@ def main(argv=None) -> int:
     ap.add_argument("--version", type=int, choices=(6, 7), required=True)
     ap.add_argument("--size", choices=sorted(SIZES), default="small", help="the preset (see SIZES)")
     ap.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the size's)")
+    ap.add_argument("--minutes", type=float, default=None,
+                    help="train as many steps as fit in this many minutes here (timed on 10 probe steps first; "
+                         "the facts record the step count, which --steps reproduces)")
     ap.add_argument("--n-layer", type=int, default=None)
     ap.add_argument("--n-embd", type=int, default=None)
     ap.add_argument("--head-size", type=int, default=None)
@@ -172,11 +208,21 @@ def main(argv=None) -> int:
     given = {k: getattr(a, k) for k in ("steps", "n_layer", "n_embd", "head_size", "batch", "lr")
              if getattr(a, k) is not None}
     s = TrainSettings(**{**SIZES[a.size], **given, "version": a.version, "seed": a.seed, "device": a.device})
+    if a.minutes is not None and (a.steps is not None or a.minutes <= 0):
+        raise SystemExit("--minutes must be positive and cannot be combined with --steps.")
     pth, js = reference_paths(a.version, a.out_dir, a.size)
     if pth.exists() and not a.force:
         raise SystemExit(f"{pth} exists; pass --force to replace it.")
     try:
+        budget = None
+        if a.minutes is not None:
+            s.steps, per_step = steps_for_budget(s, a.minutes, text_root=a.text_root)
+            budget = {"minutes": a.minutes, "probe_seconds_per_step": per_step, "probe_steps": 10}
+            print(f"probe: {per_step:.3f} s per step -> {s.steps} steps fit in {a.minutes:g} min "
+                  f"(the same run: --steps {s.steps})")
         model, facts = train(s, text_root=a.text_root)
+        if budget:
+            facts["budget"] = budget
         save_rwkv(model, pth, dtype=torch.float16, force=a.force)
     except EdgesmithError as e:
         raise SystemExit(str(e)) from None

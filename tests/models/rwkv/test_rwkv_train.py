@@ -46,3 +46,24 @@ def test_missing_large_weights_name_the_training_command_instead_of_training_for
         get_producer("rwkv6-ref", size="large").build()
     with pytest.raises(EdgesmithError, match="size is 'xl'"):
         get_producer("rwkv7-ref", size="xl").build()
+
+
+def test_a_time_budget_becomes_a_step_count_that_the_facts_record(tmp_path):
+    from edgesmith.models.rwkv.train import main
+
+    tiny = ["--version", "6", "--batch", "2", "--n-layer", "1", "--n-embd", "32", "--head-size", "16"]
+    assert main([*tiny, "--minutes", "0.02", "--out-dir", str(tmp_path)]) == 0
+    facts = json.loads((tmp_path / "rwkv6-ref.json").read_text())
+    per_step = facts["budget"]["probe_seconds_per_step"]
+    # the step count is the budget over the probed step time, and it is what was trained (--steps reproduces it)
+    assert facts["settings"]["steps"] == int(0.02 * 60 / per_step) >= 1
+    with pytest.raises(SystemExit, match="cannot be combined"):
+        main([*tiny, "--minutes", "1", "--steps", "5", "--out-dir", str(tmp_path / "b")])
+
+
+def test_a_budget_too_small_for_one_step_is_refused_readably(tmp_path):
+    from edgesmith.models.rwkv.train import main
+
+    with pytest.raises(SystemExit, match="fits no training step"):
+        main(["--version", "7", "--batch", "2", "--n-layer", "1", "--n-embd", "32", "--head-size", "16",
+              "--minutes", "0.000001", "--out-dir", str(tmp_path)])
