@@ -47,69 +47,50 @@ def _wkv6_inputs(T, dtype, seed=0):
     return r, k, v, logw, torch.randn(H, N, generator=g, dtype=dtype), torch.randn(B, H, N, N, generator=g, dtype=dtype)
 
 
-@pytest.mark.parametrize("T", [1, 16, 45])
-def test_wkv6_chunked_is_the_recurrence_exactly_in_float64(T):
-    args = _wkv6_inputs(T, torch.float64)
-    y1, s1 = wkv6_recurrent(*args)
-    y2, s2 = wkv6_chunked(*args)
-    assert y2.shape == y1.shape
-    assert torch.allclose(y1, y2, atol=1e-11, rtol=0) and torch.allclose(s1, s2, atol=1e-11, rtol=0)
-
-
-def test_wkv6_chunked_keeps_the_recurrences_float32_precision_with_strong_decays():
-    args = _wkv6_inputs(128, torch.float64)
-    exact, s_exact = wkv6_recurrent(*args)
-    f32 = [t.float() for t in args]
-    worst = lambda fn: max((o.double() - e).abs().max() for o, e in zip(fn(*f32), (exact, s_exact)))  # noqa: E731
-    assert torch.isfinite(wkv6_chunked(*f32)[0]).all()
-    assert worst(wkv6_chunked) < 3 * worst(wkv6_recurrent) + 1e-6
-
-
-def test_wkv6_chunked_gradients_match_the_recurrence():
-    leaves = [t.requires_grad_() for t in _wkv6_inputs(40, torch.float64, seed=4)]
-    grads = []
-    for fn in (wkv6_recurrent, wkv6_chunked):
-        y, s = fn(*leaves)
-        grads.append(torch.autograd.grad(y.sin().sum() + s.cos().sum(), leaves))
-    for g1, g2 in zip(*grads):
-        assert torch.allclose(g1, g2, atol=1e-10, rtol=1e-8)
-
-
-def _wkv7_inputs(T, dtype, decay="random", seed=0):
+def _wkv7_inputs(T, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
     B, H, N = 2, 3, 16
     r, k, v = (torch.randn(B, T, H, N, generator=g, dtype=dtype) for _ in range(3))
-    if decay == "strongest":  # RWKV-7's bound, w = -0.5: the largest e^-g factor the chunked form meets
-        w = torch.full((B, T, H, N), -0.5, dtype=dtype)
-    else:
-        w = -torch.nn.functional.softplus(-torch.randn(B, T, H, N, generator=g, dtype=dtype) * 3) - 0.5
+    w = -torch.nn.functional.softplus(-torch.randn(B, T, H, N, generator=g, dtype=dtype) * 3) - 0.5
+    if T >= 64:  # the precision case: RWKV-7's bound, w = -0.5 everywhere, the largest e^-g factor the WY form meets
+        w = torch.full_like(w, -0.5)
     kk = torch.nn.functional.normalize(torch.randn(B, T, H, N, generator=g, dtype=dtype), dim=-1)
     a = torch.rand(B, T, H, N, generator=g, dtype=dtype)
     return r, -torch.exp(w), k, v, kk, a, torch.randn(B, H, N, N, generator=g, dtype=dtype)
 
 
+WKV = {6: (wkv6_recurrent, wkv6_chunked, _wkv6_inputs), 7: (wkv7_scan, wkv7_chunked, _wkv7_inputs)}
+
+
+@pytest.mark.parametrize("version", [6, 7])
 @pytest.mark.parametrize("T", [1, 16, 45])
-def test_wkv7_chunked_is_the_delta_rule_scan_exactly_in_float64(T):
+def test_chunked_wkv_is_the_token_by_token_one_exactly_in_float64(version, T):
     # T = 45 leaves a partial last chunk, padded with tokens that must not touch the state
-    args = _wkv7_inputs(T, torch.float64)
-    y1, s1 = wkv7_scan(*args)
-    y2, s2 = wkv7_chunked(*args)
+    token_by_token, chunked, inputs = WKV[version]
+    args = inputs(T, torch.float64)
+    y1, s1 = token_by_token(*args)
+    y2, s2 = chunked(*args)
     assert y2.shape == y1.shape
     assert torch.allclose(y1, y2, atol=1e-11, rtol=0) and torch.allclose(s1, s2, atol=1e-11, rtol=0)
 
 
-def test_wkv7_chunked_keeps_float32_precision_at_the_strongest_decay():
-    args = _wkv7_inputs(64, torch.float32, decay="strongest")
-    exact, s_exact = wkv7_scan(*(t.double() for t in args))
-    y, s = wkv7_chunked(*args)
-    scale = exact.abs().max()
-    assert (y.double() - exact).abs().max() < 1e-5 * scale and (s.double() - s_exact).abs().max() < 1e-5 * scale
+@pytest.mark.parametrize("version", [6, 7])
+def test_chunked_wkv_keeps_the_token_by_token_float32_precision_at_strong_decays(version):
+    token_by_token, chunked, inputs = WKV[version]
+    args = inputs(128, torch.float64)
+    exact = token_by_token(*args)
+    f32 = [t.float() for t in args]
+    worst = lambda fn: max((o.double() - e).abs().max() for o, e in zip(fn(*f32), exact))  # noqa: E731
+    assert torch.isfinite(chunked(*f32)[0]).all()
+    assert worst(chunked) < 3 * worst(token_by_token) + 1e-6
 
 
-def test_wkv7_chunked_gradients_match_the_scan():
-    leaves = [t.requires_grad_() for t in _wkv7_inputs(40, torch.float64, seed=4)]
+@pytest.mark.parametrize("version", [6, 7])
+def test_chunked_wkv_gradients_match_the_token_by_token_ones(version):
+    token_by_token, chunked, inputs = WKV[version]
+    leaves = [t.requires_grad_() for t in inputs(40, torch.float64, seed=4)]
     grads = []
-    for fn in (wkv7_scan, wkv7_chunked):
+    for fn in (token_by_token, chunked):
         y, s = fn(*leaves)
         grads.append(torch.autograd.grad(y.sin().sum() + s.cos().sum(), leaves))
     for g1, g2 in zip(*grads):
