@@ -107,6 +107,23 @@ def stack_time(ys: list[torch.Tensor]) -> torch.Tensor:
     return ys[0].unsqueeze(1) if len(ys) == 1 else torch.stack(ys, dim=1)
 
 
+def to_chunks(chunk: int, *tensors: torch.Tensor) -> list[torch.Tensor]:
+    """(B, T, H, N) sequences -> (B, H, C, chunk, N) blocks of ``chunk`` tokens, the tail padded with zeros (for
+    the chunked WKVs: a zero token has no decay, no update and no output)."""
+    B, T, H, N = tensors[0].shape
+    pad = (-T) % chunk
+    C = (T + pad) // chunk
+    if pad:
+        tensors = [F.pad(t, (0, 0, 0, 0, 0, pad)) for t in tensors]
+    return [t.view(B, C, chunk, H, N).permute(0, 3, 1, 2, 4) for t in tensors]
+
+
+def from_chunks(y: torch.Tensor, T: int) -> torch.Tensor:
+    """(B, H, C, chunk, N) blocks -> the (B, T, H, N) sequence, padding dropped; undoes ``to_chunks``."""
+    B, H, C, L, N = y.shape
+    return y.permute(0, 2, 3, 1, 4).reshape(B, C * L, H, N)[:, :T]
+
+
 def group_norm_heads(y: torch.Tensor, n_head: int, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """The official ln_x: GroupNorm with one group per head over (..., C), eps 64e-5."""
     shape = y.shape

@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgesmith.models.rwkv.base import RWKVConfig, RWKVModel, group_norm_heads, ratio_ramp, stack_time, token_shift
+from edgesmith.models.rwkv.base import (RWKVConfig, RWKVModel, from_chunks, group_norm_heads, ratio_ramp, stack_time,
+                                       to_chunks, token_shift)
 
 CHUNK, SUB = 16, 4
 
@@ -61,14 +62,10 @@ def wkv6_chunked(r, k, v, logw, u, S, chunk: int = CHUNK, sub: int = SUB):
     positive, so strong decays neither overflow nor cost precision. All chunks are computed at once; only the
     state, S <- decay(chunk) S + sum_s (k_s decay(s, end))^T v_s, runs chunk after chunk.
     """
-    B, T, H, N = r.shape
-    pad = (-T) % chunk
-    if pad:  # tokens that change nothing: r = k = v = 0 and no decay
-        z = lambda t: F.pad(t, (0, 0, 0, 0, 0, pad))  # noqa: E731
-        r, k, v, logw = z(r), z(k), z(v), z(logw)
-    C, ns = r.shape[1] // chunk, chunk // sub
-    blocks = lambda t: t.view(B, C, chunk, H, N).permute(0, 3, 1, 2, 4)  # noqa: E731  (B, H, C, L, N)
-    r, k, v, lw = map(blocks, (r, k, v, logw))
+    T = r.shape[1]
+    r, k, v, lw = to_chunks(chunk, r, k, v, logw)  # (B, H, C, L, N)
+    B, H, C, _, N = r.shape
+    ns = chunk // sub
     dev = r.device
     t = torch.arange(chunk, device=dev)
     b = (torch.arange(ns, device=dev) + 1) * sub - 1  # the last position of each sub-chunk
@@ -95,7 +92,7 @@ def wkv6_chunked(r, k, v, logw, u, S, chunk: int = CHUNK, sub: int = SUB):
         starts.append(S)
         S = decay[:, :, i] * S + kv[:, :, i]
     y = y + (r * torch.exp(before)) @ torch.stack(starts, dim=2)
-    return y.permute(0, 2, 3, 1, 4).reshape(B, C * chunk, H, N)[:, :T], S
+    return from_chunks(y, T), S
 
 
 class TimeMix6(nn.Module):
