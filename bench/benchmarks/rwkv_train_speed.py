@@ -28,26 +28,18 @@ import numpy as np
 import torch
 
 from edgesmith.common import EdgesmithError
-from edgesmith.models.rwkv.base import RWKVConfig
 from edgesmith.models.rwkv.checkpoint import build_model
 from edgesmith.models.rwkv.data import load_splits
-from edgesmith.models.rwkv.train import SIZES, TrainSettings, make_optimizer, random_windows, train_step
+from edgesmith.models.rwkv.train import SIZES, TrainSettings, make_optimizer, random_windows, timed_train_step
 
 FORMS = {"chunked": False, "token-by-token": True}  # form -> the ``recurrent`` flag of the forward
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def time_version(settings: TrainSettings, steps: int, warmup: int, log=print) -> dict:
     """Both forms of one version, stepped in turn on the same batches; per-form step times and losses."""
     device = torch.device(settings.device)
     torch.manual_seed(settings.seed)
-    cfg = RWKVConfig(version=settings.version, n_layer=settings.n_layer, n_embd=settings.n_embd,
-                     head_size=settings.head_size)
-    base = build_model(cfg)
+    base = build_model(settings.model_config())
     models = {f: copy.deepcopy(base).to(device).train() for f in FORMS}
     opts = {f: make_optimizer(m, settings) for f, m in models.items()}
     train_text = load_splits().train
@@ -58,13 +50,10 @@ def time_version(settings: TrainSettings, steps: int, warmup: int, log=print) ->
     for i in range(warmup + steps):
         x = random_windows(train_text, rng, settings, device)
         for form, recurrent in FORMS.items():
-            _sync(device)
-            t0 = time.perf_counter()
-            loss = train_step(models[form], opts[form], x, recurrent=recurrent)
-            _sync(device)
+            loss, seconds = timed_train_step(models[form], opts[form], x, recurrent=recurrent)
             if i >= warmup:
-                times[form].append(time.perf_counter() - t0)
-            losses[form].append(float(loss))
+                times[form].append(seconds)
+            losses[form].append(loss)
         el = time.perf_counter() - t_start
         log(f"  rwkv{settings.version} step {i + 1}/{warmup + steps} ({'warm-up' if i < warmup else 'timed'})  "
             + "  ".join(f"{f} {times[f][-1] if times[f] else float('nan'):.3f}s" for f in FORMS)

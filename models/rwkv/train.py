@@ -56,6 +56,9 @@ class TrainSettings:
     eval_sequences: int = 64
     device: str = "cpu"
 
+    def model_config(self) -> RWKVConfig:
+        return RWKVConfig(version=self.version, n_layer=self.n_layer, n_embd=self.n_embd, head_size=self.head_size)
+
 
 SIZES = {  # the settings each size changes from TrainSettings' defaults
     "small": {},
@@ -116,6 +119,15 @@ def train_step(model, opt, x: torch.Tensor, recurrent: bool = False) -> torch.Te
     return loss.detach()
 
 
+def timed_train_step(model, opt, x: torch.Tensor, recurrent: bool = False) -> tuple[float, float]:
+    """``train_step`` timed on the wall clock, the device synchronized around it: (loss, seconds)."""
+    if x.device.type == "cuda":
+        torch.cuda.synchronize(x.device)
+    t0 = time.perf_counter()
+    loss = float(train_step(model, opt, x, recurrent))  # float() waits for the device
+    return loss, time.perf_counter() - t0
+
+
 def random_windows(text: np.ndarray, rng: np.random.Generator, settings: TrainSettings, device) -> torch.Tensor:
     """``settings.batch`` random windows of ``seq_len + 1`` tokens from ``text``, on ``device``."""
     starts = rng.integers(0, len(text) - settings.seq_len - 1, size=settings.batch)
@@ -129,18 +141,11 @@ def steps_for_budget(settings: TrainSettings, minutes: float, probe_steps: int =
     evaluation is not counted (seconds). The training run itself is then an ordinary ``--steps N`` run."""
     device = torch.device(settings.device)
     text = load_splits(root=text_root).train
-    model = build_model(RWKVConfig(version=settings.version, n_layer=settings.n_layer, n_embd=settings.n_embd,
-                                   head_size=settings.head_size)).to(device).train()
-    opt, rng, times = make_optimizer(model, settings), np.random.default_rng(settings.seed + 1), []
-    for i in range(probe_steps + 1):
-        x = random_windows(text, rng, settings, device)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        float(train_step(model, opt, x))  # float() waits for the device
-        if i:
-            times.append(time.perf_counter() - t0)
-    per_step = statistics.median(times)
+    model = build_model(settings.model_config()).to(device).train()
+    opt, rng = make_optimizer(model, settings), np.random.default_rng(settings.seed + 1)
+    times = [timed_train_step(model, opt, random_windows(text, rng, settings, device))[1]
+             for _ in range(probe_steps + 1)]
+    per_step = statistics.median(times[1:])  # the first step warms up
     steps = int(minutes * 60 / per_step)
     if steps < 1:
         raise EdgesmithError(f"{minutes} min fits no training step here ({per_step:.2f} s per step).",
@@ -153,8 +158,7 @@ def train(settings: TrainSettings, log=print, text_root: str | Path | None = Non
     folder to read (default: this interpreter's); the facts' data fingerprint says which text it was."""
     seed_everything(settings.seed)
     splits = load_splits(root=text_root)
-    cfg = RWKVConfig(version=settings.version, n_layer=settings.n_layer, n_embd=settings.n_embd,
-                     head_size=settings.head_size)
+    cfg = settings.model_config()
     device = torch.device(settings.device)
     model = build_model(cfg).to(device)
     opt = make_optimizer(model, settings)
