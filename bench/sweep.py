@@ -186,11 +186,29 @@ def _fingerprint(path: Path) -> str:
     return h.hexdigest()
 
 
+def _producer_weight_files(spec: dict) -> list[Path]:
+    """The files a registered producer's model is loaded from (``Producer.weight_files``), for the cell's seed
+    and model options; none for a path, an unknown name or options the producer refuses (the cell's deploy
+    reports those)."""
+    from edgesmith.models.base import producer_class
+
+    cls = producer_class(spec["model"])
+    if cls is None:
+        return []
+    try:
+        return [Path(p) for p in cls(seed=spec.get("seed", 0), **spec.get("model_options", {})).weight_files()]
+    except (TypeError, ValueError, EdgesmithError):
+        return []
+
+
 def cell_key(spec: dict) -> str:
-    """Content hash of one cell: its deploy table, the bytes of the files it names, the edgesmith version."""
+    """Content hash of one cell: its deploy table, the bytes of the files it names and of the weights a named
+    producer loads (retrained weights make new cells), the edgesmith version."""
     files = {}
     model = _model_path(spec["model"])
-    for name, path in [("model", model)] + [(k, Path(spec[k])) for k in PATH_KEYS if k in spec]:
+    named = [(k, Path(spec[k])) for k in PATH_KEYS if k in spec]
+    weights = [(f"weights:{p.name}", p) for p in ([] if model is not None else _producer_weight_files(spec))]
+    for name, path in [("model", model)] + named + weights:
         if path is not None and path.exists():
             files[name] = _fingerprint(path)
     blob = json.dumps({"spec": {k: v for k, v in spec.items() if k not in ("out", "force")}, "files": files,

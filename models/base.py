@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, ClassVar
 
 import numpy as np
@@ -75,6 +76,12 @@ class Producer(ABC):
         if not hasattr(self, "module_"):
             self.build()
         return self.module_
+
+    def weight_files(self) -> list[Path]:
+        """Files ``build`` loads that are made outside this package's code (weights trained by a separate
+        command, kept in a cache): a sweep fingerprints them into a cell's key, so retrained weights are never
+        scored from an earlier run's cells. Must not build anything."""
+        return []
 
     @property
     @abstractmethod

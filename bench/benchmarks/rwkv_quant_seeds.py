@@ -143,6 +143,18 @@ def weight_kurtosis(model: str, size: str = "large") -> dict:
             "by_matrix": {k: [round(x, 2) for x in v] for k, v in per.items()}}
 
 
+def weight_facts(model: str, size: str = "large") -> dict | None:
+    """How the reference weights the table scores were trained (the facts file ``train`` writes beside them:
+    steps, batch, learning rate, device, held-out perplexity), or None when there is none."""
+    import json
+
+    from edgesmith.models import get_producer
+    from edgesmith.models.rwkv.train import reference_paths
+
+    js = reference_paths(get_producer(model).version, size=size)[1]
+    return json.loads(js.read_text()) if js.exists() else None
+
+
 def run_seeds(recipe: Path, sweep_dir: Path, *, models=None, workers: int | None = None, ray: str | None = None,
               log=print) -> tuple[list[dict], dict]:
     from edgesmith.bench.sweep import cell_report, require_done, run_sweep
@@ -162,6 +174,13 @@ def markdown(results: list[dict]) -> str:
         kurt = res.get("kurtosis")
         lines += [f"### {res['model']} large (fp32 perplexity {res['fp32_ppl']:.4f} on {res['eval_tokens']} bytes, "
                   f"{res['fp32_size_bytes'] / 1e6:.1f} MB)", ""]
+        facts = res.get("weights")
+        if facts:
+            st = facts["settings"]
+            lines += [f"Weights: {st['steps']} steps of {st['batch']} x {st['seq_len']} bytes, lr {st['lr']:g}, "
+                      f"weight decay {st['weight_decay']:g}, seed {st['seed']}, on {facts['device']} "
+                      f"({facts['train_seconds']:.0f} s); held-out perplexity after training "
+                      f"{facts['eval_perplexity']:.3f}.", ""]
         if kurt:
             lines += [f"Block linears' excess kurtosis: median {kurt['median']:+.2f}, range {kurt['min']:+.2f} to "
                       f"{kurt['max']:+.2f} (uniform -1.2, Gaussian 0).", ""]
@@ -209,6 +228,7 @@ def main(argv=None) -> int:
         results, run = run_seeds(RECIPE, a.sweep_dir, models=a.models, workers=a.workers, ray=a.ray)
         for res in results:
             res["kurtosis"] = weight_kurtosis(res["model"])
+            res["weights"] = weight_facts(res["model"])
     except EdgesmithError as e:
         raise SystemExit(str(e)) from None
     md = markdown(results)

@@ -64,6 +64,11 @@ class RWKVReference(Producer):
         self.module_ = load_rwkv(pth)
         return self
 
+    def weight_files(self) -> list:
+        """The reference weights of this size: retrained in place (``train --force``), they change under the
+        same producer name."""
+        return [reference_paths(self.version, size=self.size)[0]] if self.size in SIZES else []
+
     def calibration_data(self, n: int = 128) -> np.ndarray:
         """``n`` random windows of the training split (seeded), int64 token ids."""
         return sequences(self._splits().train, self.seq_len, n, seed=self.seed + 1)

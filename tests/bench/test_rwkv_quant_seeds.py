@@ -51,6 +51,19 @@ def test_intervals_are_student_t_over_seeds_and_the_goal_ratio_pairs_by_seed():
     assert "| gptq | 3 | 3.300 | 3 |" in md and "+0.1000 ± 0.0497" in md and "**met on the mean**" in md and "(no calibration)" in md
 
 
+def test_the_table_says_how_the_scored_weights_were_trained():
+    # the large references are trained by a separate command (a GPU's 300 steps or a CPU's 1400): a table that
+    # does not say which is not reproducible
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import markdown, seed_table
+
+    (res,) = seed_table(_reports())
+    res["weights"] = {"settings": {"steps": 1400, "batch": 8, "seq_len": 128, "lr": 3e-3, "weight_decay": 0.1,
+                                   "seed": 0}, "device": "cpu", "train_seconds": 3100.4, "eval_perplexity": 3.9876}
+    md = markdown([res])
+    assert ("Weights: 1400 steps of 8 x 128 bytes, lr 0.003, weight decay 0.1, seed 0, on cpu (3100 s); held-out "
+            "perplexity after training 3.988.") in md
+
+
 def test_goal_not_met_and_undefined_ratio_are_reported_as_such():
     from edgesmith.bench.benchmarks.rwkv_quant_seeds import seed_table
 

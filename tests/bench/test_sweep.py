@@ -82,6 +82,22 @@ def test_a_cell_key_follows_the_bytes_of_the_files_it_names_and_its_options(tmp_
     assert cell_key({**spec, "options": {"calibration": "percentile"}}) != k2
 
 
+def test_a_cell_key_follows_the_weights_a_named_producer_loads(tmp_path, monkeypatch):
+    # the large RWKV references are retrained in place under the same name (GPU or CPU runs): cells scored on
+    # the old weights must not be reused for the new ones
+    import edgesmith.models.rwkv.producer as rwkv_producer
+
+    weights = tmp_path / "rwkv7-ref-large.pth"
+    monkeypatch.setattr(rwkv_producer, "reference_paths",
+                        lambda version, size="small": (weights, weights.with_suffix(".json")))
+    spec = {"model": "rwkv7-ref", "target": "host-cpu", "model_options": {"size": "large"}}
+    weights.write_bytes(b"trained 300 steps")
+    k1 = cell_key(spec)
+    weights.write_bytes(b"trained 1400 steps")
+    assert cell_key(spec) != k1
+    assert cell_key({**spec, "model_options": {"size": "no-such-size"}})  # refused options: the deploy says so
+
+
 def _row(value, size, higher=True, **kw):
     return {"value": value, "size_bytes": size, "higher_is_better": higher, **kw}
 
