@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -222,6 +223,8 @@ def test_every_kind_has_a_target_and_a_producer():
 def test_producer_tiny_build_calibrates_and_scores_its_reference(name):
     cls = type(get_producer(name))
     producer = get_producer(name, seed=0, **cls.tiny_options)
+    # a sweep asks for the weight files to key its cells before anything is built: asking must not build
+    assert all(isinstance(p, Path) for p in producer.weight_files()) and not hasattr(producer, "module_")
     kind = get_kind(producer.kind)
     kind.check_producer(producer)
     assert producer.native_format in REFERENCE_RUNTIMES
