@@ -143,6 +143,74 @@ def weight_kurtosis(model: str, size: str = "large") -> dict:
             "by_matrix": {k: [round(x, 2) for x in v] for k, v in per.items()}}
 
 
+def _layers(report: dict) -> tuple[str, int, dict] | None:
+    """(method, bits, per-layer reports by name) of a quantized cell; None for fp32 or a report without layers."""
+    for var in report["variants"]:
+        for quant in var["pass_reports"]:
+            cfg = quant["config"]
+            if "bits" in cfg and quant.get("layers"):
+                return cfg["kind"].removeprefix("rwkv-"), cfg["bits"], {l["name"]: l for l in quant["layers"]}
+    return None
+
+
+def decision_costs(reports: list[dict]) -> dict:
+    """Where RWKVQuant's two departures from GPTQ go, read from the cells' per-layer reports, per model and bit
+    width: the matrices its proxy sent to VQ (with on how many seeds), the Hessian-weighted error GPTVQ leaves on
+    exactly those matrices over the one GPTQ leaves (mean of the per-matrix ratios, paired by seed), and the
+    weighted error of its token-shift vector codebooks against the baselines' plain k-means (sums over vectors,
+    mean over seeds)."""
+    cells: dict = {}
+    for report in reports:
+        got = _layers(report)
+        if got:
+            method, bits, layers = got
+            cells.setdefault((report["model"], bits), {}).setdefault(report["seed"], {})[method] = layers
+    out: dict = {}
+    for (model, bits), seeds in sorted(cells.items()):
+        chosen, ratios, mine, plain = {}, [], [], []
+        for by in seeds.values():
+            rq = by.get("rwkvquant")
+            if rq is None:
+                continue
+            vq = [n for n, l in rq.items() if l["action"] == "quantized-VQ"]
+            for n in vq:
+                chosen[n] = chosen.get(n, 0) + 1
+            if "gptq" in by and "gptvq" in by:
+                ratios += [by["gptvq"][n]["error"]["hessian_rel_error"] / by["gptq"][n]["error"]["hessian_rel_error"]
+                           for n in vq if by["gptq"][n]["error"]["hessian_rel_error"] > 0]
+            vec = [l["error"] for l in rq.values() if l["action"] == "codebook"]
+            if vec:
+                mine.append(sum(e["weighted_error"] for e in vec))
+                plain.append(sum(e["unweighted_kmeans_weighted_error"] for e in vec))
+        if not chosen and not mine:
+            continue
+        n_matrices = max((sum(1 for l in by["rwkvquant"].values() if l["action"].startswith("quantized"))
+                          for by in seeds.values() if "rwkvquant" in by), default=0)
+        out.setdefault(model, []).append({
+            "bits": bits, "vq_matrices": chosen, "n_matrices": n_matrices,
+            "gptvq_over_gptq_hessian_error": float(np.mean(ratios)) if ratios else None,
+            "vector_weighted_error": {"rwkvquant": float(np.mean(mine)), "plain_kmeans": float(np.mean(plain))}
+            if mine else None})
+    return out
+
+
+def _decision_lines(costs: list[dict]) -> list[str]:
+    lines = []
+    for c in costs:
+        names = ", ".join(f"{n.removeprefix('blocks.')}" + (f" ({k} seeds)" if k != max(c["vq_matrices"].values()) else "")
+                          for n, k in c["vq_matrices"].items())
+        text = f"- {c['bits']}-bit: RWKVQuant sent {len(c['vq_matrices'])} of {c['n_matrices']} matrices to VQ ({names})"
+        if c["gptvq_over_gptq_hessian_error"] is not None:
+            text += (f"; on them GPTVQ's Hessian-weighted error is {c['gptvq_over_gptq_hessian_error']:.2f}x GPTQ's "
+                     "(mean per matrix and seed)")
+        if c["vector_weighted_error"]:
+            v = c["vector_weighted_error"]
+            text += (f"; its weighted vector codebooks: weighted error {v['rwkvquant']:.3g} against {v['plain_kmeans']:.3g} "
+                     "for plain k-means (sum over vectors)")
+        lines.append(text)
+    return lines
+
+
 def weight_facts(model: str, size: str = "large") -> dict | None:
     """How the reference weights the table scores were trained (the facts file ``train`` writes beside them:
     steps, batch, learning rate, device, held-out perplexity), or None when there is none."""
@@ -156,12 +224,14 @@ def weight_facts(model: str, size: str = "large") -> dict | None:
 
 
 def run_seeds(recipe: Path, sweep_dir: Path, *, models=None, workers: int | None = None, ray: str | None = None,
-              log=print) -> tuple[list[dict], dict]:
+              log=print) -> tuple[list[dict], dict, dict]:
+    """Run (or resume) the sweep; returns the seed table, the sweep's run facts and ``decision_costs``."""
     from edgesmith.bench.sweep import cell_report, require_done, run_sweep
 
     select = None if models is None else (lambda cell: cell.spec["model"] in models)
     sweep = require_done(run_sweep(recipe, sweep_dir, workers=workers, ray=ray, log=log, select=select), sweep_dir)
-    return seed_table([cell_report(sweep_dir, c["key"]) for c in sweep["cells"]]), sweep["run"]
+    reports = [cell_report(sweep_dir, c["key"]) for c in sweep["cells"]]
+    return seed_table(reports), sweep["run"], decision_costs(reports)
 
 
 def _pm(s: dict, sign: str = "") -> str:
@@ -192,6 +262,9 @@ def markdown(results: list[dict]) -> str:
                          f"| {_pm(r['dppl_stats'], '+')} | {', '.join(f'{d:+.4f}' for d in r['dppl'])} "
                          f"| {layers} | {r['seconds']:.0f} |")
         lines.append("")
+        if res.get("decisions"):
+            lines += ["Where RWKVQuant departs from GPTQ (per-layer reports of the cells):", "",
+                      *_decision_lines(res["decisions"]), ""]
         for g in res["goals"]:
             diff = f"RWKVQuant Δ - best baseline ({g['baseline']}) Δ = {_pm(g['diff'], '+')} (paired by seed)"
             if g["status"] == "n/a":
@@ -225,8 +298,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out-dir", type=Path, default=Path("bench/results/rwkv_quant_seeds"))
     a = ap.parse_args(argv)
     try:
-        results, run = run_seeds(RECIPE, a.sweep_dir, models=a.models, workers=a.workers, ray=a.ray)
+        results, run, costs = run_seeds(RECIPE, a.sweep_dir, models=a.models, workers=a.workers, ray=a.ray)
         for res in results:
+            res["decisions"] = costs.get(res["model"], [])
             res["kurtosis"] = weight_kurtosis(res["model"])
             res["weights"] = weight_facts(res["model"])
     except EdgesmithError as e:

@@ -64,6 +64,39 @@ def test_the_table_says_how_the_scored_weights_were_trained():
             "perplexity after training 3.988.") in md
 
 
+def _with_layers(report, layers):
+    report["variants"][0]["pass_reports"][0]["layers"] = [
+        {"name": n, "action": a, "error": e} for n, (a, e) in layers.items()]
+    return report
+
+
+def test_decision_costs_compare_gptvq_and_gptq_on_exactly_the_matrices_rwkvquant_sent_to_vq():
+    # the diagnosis of a lost cell: was it the SQ/VQ decision or the vector codebooks? Only the matrices RWKVQuant
+    # chose VQ for count, paired by seed; the vectors' weighted errors come from RWKVQuant's own layer reports
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import decision_costs, markdown, seed_table
+
+    h = lambda x: {"hessian_rel_error": x}  # noqa: E731
+    reports = _reports()
+    for seed, (gq, gv) in enumerate([((1.0, 2.0), (3.0, 9.0)), ((1.0, 4.0), (2.0, 1.0)), ((1.0, 1.0), (1.0, 1.0))]):
+        by = {(r["variants"][0]["pass_reports"][0]["config"]["kind"] if r["variants"][0]["pass_reports"] else "fp32",
+               r["seed"]): r for r in reports}
+        _with_layers(by[("rwkv-gptq", seed)], {"a": ("quantized-SQ", h(gq[0])), "b": ("quantized-SQ", h(gq[1]))})
+        reports.append(_with_layers(_report("m", "gptvq", seed, 5.1),
+                                    {"a": ("quantized-VQ", h(gv[0])), "b": ("quantized-VQ", h(gv[1]))}))
+        _with_layers(by[("rwkvquant", seed)], {
+            "a": ("quantized-SQ", h(1.0)), "b": ("quantized-VQ" if seed < 2 else "quantized-SQ", h(1.0)),
+            "v1": ("codebook", {"weighted_error": 1.0, "unweighted_kmeans_weighted_error": 2.0}),
+            "v2": ("codebook", {"weighted_error": 3.0, "unweighted_kmeans_weighted_error": 3.0})})
+    (cost,) = decision_costs(reports)["m"]
+    assert cost["vq_matrices"] == {"b": 2} and cost["n_matrices"] == 2
+    assert cost["gptvq_over_gptq_hessian_error"] == pytest.approx((9.0 / 2.0 + 1.0 / 4.0) / 2)  # seeds 0 and 1 only
+    assert cost["vector_weighted_error"] == {"rwkvquant": 4.0, "plain_kmeans": 5.0}
+    (res,) = seed_table(reports)
+    res["decisions"] = [cost]
+    assert ("RWKVQuant sent 1 of 2 matrices to VQ (b); on them GPTVQ's Hessian-weighted error is 2.38x GPTQ's"
+            in markdown([res]))
+
+
 def test_goal_not_met_and_undefined_ratio_are_reported_as_such():
     from edgesmith.bench.benchmarks.rwkv_quant_seeds import seed_table
 
