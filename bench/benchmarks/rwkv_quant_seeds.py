@@ -167,11 +167,12 @@ def decision_costs(reports: list[dict]) -> dict:
             cells.setdefault((report["model"], bits), {}).setdefault(report["seed"], {})[method] = layers
     out: dict = {}
     for (model, bits), seeds in sorted(cells.items()):
-        chosen, ratios, mine, plain = {}, [], [], []
+        chosen, ratios, mine, plain, n_matrices = {}, [], [], [], 0
         for by in seeds.values():
             rq = by.get("rwkvquant")
             if rq is None:
                 continue
+            n_matrices = max(n_matrices, sum(1 for l in rq.values() if l["action"].startswith("quantized")))
             vq = [n for n, l in rq.items() if l["action"] == "quantized-VQ"]
             for n in vq:
                 chosen[n] = chosen.get(n, 0) + 1
@@ -184,8 +185,6 @@ def decision_costs(reports: list[dict]) -> dict:
                 plain.append(sum(e["unweighted_kmeans_weighted_error"] for e in vec))
         if not chosen and not mine:
             continue
-        n_matrices = max((sum(1 for l in by["rwkvquant"].values() if l["action"].startswith("quantized"))
-                          for by in seeds.values() if "rwkvquant" in by), default=0)
         out.setdefault(model, []).append({
             "bits": bits, "vq_matrices": chosen, "n_matrices": n_matrices,
             "gptvq_over_gptq_hessian_error": float(np.mean(ratios)) if ratios else None,
