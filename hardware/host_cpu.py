@@ -320,8 +320,11 @@ class HostCpu(Target):
             for bits in kopts.bits:
                 q = config_from_dict({"kind": method, "bits": bits, "group_size": kopts.group_size,
                                       "sq_percentile": float(kopts.sq_percentile),
-                                      "quantize_vectors": kopts.quantize_vectors, "symmetric": kopts.symmetric})
+                                      "quantize_vectors": kopts.quantize_vectors, "symmetric": kopts.symmetric,
+                                      "vq_scale_block": kopts.vq_scale_block})
                 name = f"{method.removeprefix('rwkv-')}-{bits}bit" + ("-sym" if kopts.symmetric else "")
+                if kopts.vq_scale_block and method in ("rwkv-gptvq", "rwkvquant"):  # the methods with VQ matrices
+                    name += f"-vqn{kopts.vq_scale_block}"
                 variants.append(Variant(name, [q, ExportStepOnnxConfig()],
                                         ["onnxruntime"], f"{method} {bits}-bit weights, step graph "
                                         "(4-bit SQ layers as MatMulNBits, VQ layers as Gather-dequantize)"))

@@ -61,7 +61,7 @@ def _quant_cell(report: dict) -> dict:
     return {"method": cfg["kind"].removeprefix("rwkv-"), "bits": cfg["bits"], "seed": report["seed"],
             "ppl": res["evaluation"]["value"], "bpw": quant["bits_per_weight"], "seconds": quant["seconds"],
             "n_sq": quant["extra"]["n_sq"], "n_vq": quant["extra"]["n_vq"], "size_bytes": quant["size_after_bytes"],
-            "percentile": cfg["sq_percentile"]}
+            "percentile": cfg["sq_percentile"], "vq_scale_block": cfg.get("vq_scale_block", 0)}
 
 
 def _paired_ratio(rq: dict, best: dict) -> dict:
@@ -112,7 +112,8 @@ def seed_table(reports: list[dict]) -> list[dict]:
                        "dppl_stats": interval(dppl), "bpw": float(np.mean([c["bpw"] for c in cs])),
                        "seconds": float(np.mean([c["seconds"] for c in cs])),
                        "n_sq": [c["n_sq"] for c in cs], "n_vq": [c["n_vq"] for c in cs],
-                       "size_bytes": int(np.mean([c["size_bytes"] for c in cs]))}
+                       "size_bytes": int(np.mean([c["size_bytes"] for c in cs])),
+                       "vq_scale_block": cs[0]["vq_scale_block"]}
                 rows.append(row)
                 by_method[method] = row
             base = [by_method[m] for m in BASELINES if m in by_method]
@@ -257,7 +258,8 @@ def markdown(results: list[dict]) -> str:
                   "| Δ per seed | SQ/VQ layers | quantize s |", "|---|---|---|---|---|---|---|---|---|"]
         for r in res["rows"]:
             layers = ", ".join(sorted({f"{s}/{v}" for s, v in zip(r["n_sq"], r["n_vq"])}))
-            lines.append(f"| {r['method']} | {r['bits']} | {r['bpw']:.3f} | {len(r['seeds'])} | {_pm(r['ppl_stats'])} "
+            label = r["method"] + (f" (VQ normalised per {r['vq_scale_block']})" if r.get("vq_scale_block") else "")
+            lines.append(f"| {label} | {r['bits']} | {r['bpw']:.3f} | {len(r['seeds'])} | {_pm(r['ppl_stats'])} "
                          f"| {_pm(r['dppl_stats'], '+')} | {', '.join(f'{d:+.4f}' for d in r['dppl'])} "
                          f"| {layers} | {r['seconds']:.0f} |")
         lines.append("")
@@ -290,6 +292,7 @@ def plot(results: list[dict]):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--recipe", type=Path, default=RECIPE, help="the sweep recipe (default: rwkv-quant-seeds.toml)")
     ap.add_argument("--models", nargs="+", default=None, help="a subset of the recipe's models")
     ap.add_argument("--workers", type=int, default=None, help="sweep cells at a time (default: one per core)")
     ap.add_argument("--ray", default=None, help="run the cells on Ray: auto, an address, or local")
@@ -297,7 +300,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out-dir", type=Path, default=Path("bench/results/rwkv_quant_seeds"))
     a = ap.parse_args(argv)
     try:
-        results, run, costs = run_seeds(RECIPE, a.sweep_dir, models=a.models, workers=a.workers, ray=a.ray)
+        results, run, costs = run_seeds(a.recipe, a.sweep_dir, models=a.models, workers=a.workers, ray=a.ray)
         for res in results:
             res["decisions"] = costs.get(res["model"], [])
             res["kurtosis"] = weight_kurtosis(res["model"])
@@ -306,7 +309,7 @@ def main(argv=None) -> int:
         raise SystemExit(str(e)) from None
     md = markdown(results)
     write_outputs(a.out_dir, "_".join(r["model"] for r in results),
-                  {"recipe": str(RECIPE), "sweep_dir": str(a.sweep_dir), "sweep_run": run, "models": results}, md,
+                  {"recipe": str(a.recipe), "sweep_dir": str(a.sweep_dir), "sweep_run": run, "models": results}, md,
                   plot(results), "dppl_vs_bpw")
     print(md)
     return 0

@@ -14,6 +14,9 @@ quantized layers' own codes:
   times its codebook's scale plus its offset, so the codes go in as 8-bit weights with the scale of the
   codebook each block of the row lies in, and the offsets come back as (sum of x over each block) @ offsets.
   A bigger file (8 bits per weight) but 8 bits in memory at run time instead of 32, and the int8 kernel.
+  With blockwise normalisation the gather form multiplies the gathered weight by the per-weight scales
+  (Gather of the (rows, blocks) scale table along the columns), and the int8 form folds each (row, block)
+  scale into that block's MatMulNBits scale and offset (its blocks then lie inside one scale block).
 """
 from __future__ import annotations
 
@@ -27,7 +30,8 @@ from onnx import helper, numpy_helper
 from torch import nn
 
 from edgesmith.compress.export_onnx import MatMulLinear
-from edgesmith.compress.rwkvquant.tensors import QuantLinear, SQTensor, VQTensor
+from edgesmith.compress.rwkvquant.tensors import (QuantLinear, SQTensor, VQTensor, dequantize_log_scales,
+                                                  scale_block_index)
 from edgesmith.common import EdgesmithError
 
 
@@ -94,8 +98,17 @@ def _vq_gather(node: onnx.NodeProto, q: VQTensor, prefix: str):
              numpy_helper.from_array(flat_idx.astype(np.int32 if cbs.shape[0] < 2**31 else np.int64), prefix + "_idx"),
              numpy_helper.from_array(np.array([out, n_vec * q.dim], np.int64), prefix + "_shape")]
     nodes = [helper.make_node("Gather", [prefix + "_codebooks", prefix + "_idx"], [prefix + "_vec"], axis=0),
-             helper.make_node("Reshape", [prefix + "_vec", prefix + "_shape"], [prefix + "_W"]),
-             helper.make_node("Transpose", [prefix + "_W"], [prefix + "_Wt"], perm=[1, 0]),
+             helper.make_node("Reshape", [prefix + "_vec", prefix + "_shape"], [prefix + "_W"])]
+    w = prefix + "_W"
+    if q.scale_codes is not None:
+        table = dequantize_log_scales(q.scale_codes, q.scale_lo, q.scale_step).numpy().astype(np.float32)
+        block = scale_block_index(n_vec * q.dim, q.group_cols, q.scale_block).numpy()
+        inits += [numpy_helper.from_array(table, prefix + "_stable"),
+                  numpy_helper.from_array(block.astype(np.int32), prefix + "_sblock")]
+        nodes += [helper.make_node("Gather", [prefix + "_stable", prefix + "_sblock"], [prefix + "_S"], axis=1),
+                  helper.make_node("Mul", [w, prefix + "_S"], [prefix + "_WS"])]
+        w = prefix + "_WS"
+    nodes += [helper.make_node("Transpose", [w], [prefix + "_Wt"], perm=[1, 0]),
              helper.make_node("MatMul", [node.input[0], prefix + "_Wt"], list(node.output), name=prefix + "_MatMul")]
     return nodes, inits
 
@@ -104,7 +117,8 @@ def _vq_block(q: VQTensor) -> int | None:
     """The MatMulNBits block size for a VQ layer: a power of two >= 16 (64 if it can) inside one codebook's
     columns; None when the layout has none."""
     for bs in (64, 32, 16, 128, 256):
-        if q.group_cols % bs == 0 and bs % q.dim == 0 and q.indices.shape[1] * q.dim % bs == 0:
+        if (q.group_cols % bs == 0 and bs % q.dim == 0 and q.indices.shape[1] * q.dim % bs == 0
+                and (q.scale_codes is None or q.scale_block % bs == 0)):
             return bs
     return None
 
@@ -118,6 +132,9 @@ def _vq_matmulnbits8(node: onnx.NodeProto, q: VQTensor, prefix: str, accuracy_le
     book = books[:, (np.arange(nb) * bs) // q.dim]  # (out, nb): the codebook of each block
     scales = q.codebook_scale.to(torch.float32)[book].numpy()
     offsets = q.codebook_offset.to(torch.float32)[book].numpy()
+    if q.scale_codes is not None:  # w = (code * cs + lo) * s: the block's scale s folds into both
+        s = q.scales()[:, np.arange(nb) * bs].numpy()
+        scales, offsets = scales * s, offsets * s
     inits = [numpy_helper.from_array(codes.reshape(out, nb, bs), prefix + "_B"),
              numpy_helper.from_array(scales.reshape(-1), prefix + "_scales"),
              numpy_helper.from_array(np.zeros(out * nb, np.uint8), prefix + "_zp"),

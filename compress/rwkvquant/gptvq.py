@@ -24,17 +24,29 @@ divides by), in both the EM and the lookups; the released code passes ``U_jj`` t
 the lookups. The error of a vector is fed back through the ``dim x dim`` block of U
 (``E = (W_b - Q_b) U_bb^-1``, the exact joint update) where the released code divides each column by its own
 ``U_jj``. The codebook is stored as affine 8-bit codes with an fp16 scale and offset (the released code:
-symmetric 8-bit). Optional parts of the paper not built here: blockwise data normalisation and SVD
-compression of codebooks.
+symmetric 8-bit). Optional part of the paper not built here: SVD compression of codebooks.
+
+Blockwise data normalisation (the paper's section 3.3, the released code's ``--vq-scaling-blocksize``;
+``scale_block`` > 0 turns it on): when a column group starts, each row's run of ``scale_block`` columns is
+divided by its largest magnitude, that scale stored as a ``scale_bits``-bit code on a uniform log2 grid
+spanning its block column's scales (the released code's defaults: max norm, 4 bits, log domain); the
+codebooks are fitted on, and the lookups done in, the normalised weights, and a weight is its centroid times
+its scale. Deliberately unlike the released code: a coordinate's importance in the EM is ``s^2 / U_jj^2``
+(the error of a normalised weight costs s^2 times more in the layer's output), the lookups normalise the
+weights as the error feedback left them (the released code looks up the block's copy scaled before the
+feedback inside the block), and the codebook update moves the centroids under their scales.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numba
 import numpy as np
 import torch
 
 from edgesmith.compress.rwkvquant.gptq import damp_, hessian_inverse_cholesky, prepare_hessian
-from edgesmith.compress.rwkvquant.tensors import VQTensor, dequantize_codebooks, quantize_codebooks
+from edgesmith.compress.rwkvquant.tensors import (VQTensor, dequantize_codebooks, dequantize_log_scales,
+                                                  quantize_codebooks, quantize_log_scales, scale_block_index)
 
 COLUMNS = 256  # the paper's columns per group
 
@@ -153,11 +165,12 @@ def _fit_codebooks(x: np.ndarray, wt: np.ndarray, starts: np.ndarray, k: int, it
 
 @numba.njit(parallel=True, cache=True)
 def _quantize_columns(wb: np.ndarray, ub: np.ndarray, imp: np.ndarray, cbs: np.ndarray, book: np.ndarray,
-                      err: np.ndarray, idx: np.ndarray) -> None:
-    """One column group, ``dim`` columns at a time: each row takes the nearest centroid of its codebook
-    ``cbs[book[r]]`` (d, k) in the metric ``imp``, the error ``e = (w - q) U_bb^-1`` (``U_bb`` the d x d
-    diagonal block of ``ub``, upper triangular: solved by substitution) goes onto the row's later columns,
-    ``wb`` ends quantized, ``err`` holds e.
+                      sc: np.ndarray, err: np.ndarray, idx: np.ndarray) -> None:
+    """One column group, ``dim`` columns at a time: each row takes the centroid of its codebook
+    ``cbs[book[r]]`` (d, k) nearest to its weights divided by their scales ``sc`` (ones without
+    normalisation; one scale per vector) in the metric ``imp``; q = centroid * scale; the error
+    ``e = (w - q) U_bb^-1`` (``U_bb`` the d x d diagonal block of ``ub``, upper triangular: solved by
+    substitution) goes onto the row's later columns, ``wb`` ends quantized, ``err`` holds e.
     Rows never touch each other in GPTQ's update, so the parallel loop over rows is deterministic."""
     rows, width = wb.shape
     d, k = cbs.shape[1], cbs.shape[2]
@@ -165,17 +178,20 @@ def _quantize_columns(wb: np.ndarray, ub: np.ndarray, imp: np.ndarray, cbs: np.n
         cb = cbs[book[r]]
         dist = np.empty(k)
         e = np.empty(d)
+        x = np.empty(d)
         for j in range(0, width, d):
-            best = _nearest_centroid(wb[r, j:j + d], imp[j:j + d], cb, dist)
+            for c in range(d):
+                x[c] = wb[r, j + c] / sc[r, j + c]
+            best = _nearest_centroid(x, imp[j:j + d], cb, dist)
             idx[r, j // d] = best
             for c in range(d):  # e U_bb = w - q, U_bb upper triangular
-                s = wb[r, j + c] - cb[c, best]
+                s = wb[r, j + c] - cb[c, best] * sc[r, j + c]
                 for t in range(c):
                     s -= e[t] * ub[j + t, j + c]
                 e[c] = s / ub[j + c, j + c]
             for c in range(d):
                 err[r, j + c] = e[c]
-                wb[r, j + c] = cb[c, best]
+                wb[r, j + c] = cb[c, best] * sc[r, j + c]
             for col in range(j + d, width):
                 s = 0.0
                 for t in range(d):
@@ -197,11 +213,14 @@ def update_codebooks(q: VQTensor, w0: torch.Tensor, H: torch.Tensor, steps: int)
     flat_idx = book * q.codebook_codes.shape[1] + q.indices.reshape(-1)
     n_books, k, d = q.codebook_codes.shape
     out, n_in = w0.shape
+    S = q.scales()  # the weights' scales (blockwise normalisation): Q = gather(centroids) * S
 
     def gather(c: torch.Tensor) -> torch.Tensor:
-        return c.reshape(-1, d)[flat_idx].reshape(out, n_in)
+        g = c.reshape(-1, d)[flat_idx].reshape(out, n_in)
+        return g if S is None else g * S
 
-    def scatter(g: torch.Tensor) -> torch.Tensor:
+    def scatter(g: torch.Tensor) -> torch.Tensor:  # the adjoint of gather
+        g = g if S is None else g * S
         return torch.zeros(n_books * k, d, dtype=g.dtype).index_add_(0, flat_idx, g.reshape(-1, d)).reshape(n_books, k, d)
 
     cb = q.codebooks()
@@ -227,17 +246,20 @@ def update_codebooks(q: VQTensor, w0: torch.Tensor, H: torch.Tensor, steps: int)
     info = {"error_before": before, "error_after": min(before, after), "kept": after < before}
     if after >= before:
         return q, info
-    return VQTensor(q.indices, codes, scale, lo, q.bits, q.dim, q.group_cols, q.group_rows), info
+    return dataclasses.replace(q, codebook_codes=codes, codebook_scale=scale, codebook_offset=lo), info
 
 
 def gptvq_quantize(w: torch.Tensor, H: torch.Tensor, bits: int, *, dim: int = 2, group_size: int = 4096,
                    columns: int = COLUMNS, damp: float = 0.01, iters: int = 100,
-                   codebook_update_steps: int = 5) -> VQTensor:
+                   codebook_update_steps: int = 5, scale_block: int = 0, scale_bits: int = 4) -> VQTensor:
     """GPTVQ of a (out, in) weight with the (in, in) input Hessian; ``bits`` index bits per weight
-    (2**(bits*dim) centroids per codebook), about ``group_size`` weights per codebook (see the module)."""
+    (2**(bits*dim) centroids per codebook), about ``group_size`` weights per codebook; ``scale_block`` > 0:
+    blockwise data normalisation over runs of that many columns, scales in ``scale_bits`` bits (see the module)."""
     out, n_in = w.shape
     if n_in % dim:
         raise ValueError(f"input width {n_in} is not a multiple of the VQ dimension {dim}")
+    if scale_block and scale_block % dim:
+        raise ValueError(f"the normalisation block {scale_block} is not a multiple of the VQ dimension {dim}")
     W0, H0 = prepare_hessian(w, H, 0.0)  # the output error the codebook update lowers: undamped H
     W = W0.clone()  # the column loop's working copy (prepare_hessian(w, H, damp) without a second conversion)
     U = hessian_inverse_cholesky(damp_(H0.clone(), damp))
@@ -248,12 +270,22 @@ def gptvq_quantize(w: torch.Tensor, H: torch.Tensor, bits: int, *, dim: int = 2,
     book = np.arange(out) // gr  # the codebook (within a column group) of each row
     indices = torch.zeros(out, n_in // dim, dtype=torch.int64)
     codes_all, scale_all, lo_all = [], [], []
+    sblock = scale_block_index(n_in, gc, scale_block).numpy() if scale_block else None
+    s_codes, s_lo, s_step = [], [], []
     for g0 in range(0, n_in, gc):
         g1 = min(g0 + gc, n_in)
         nv = (g1 - g0) // dim
         Wb, Ub = W[:, g0:g1].clone(), U[g0:g1, g0:g1]
-        x = Wb.numpy().reshape(out * nv, dim)  # row-major: a row block's vectors are one contiguous run
-        wt = np.tile(imp[g0:g1].reshape(nv, dim), (out, 1))
+        sc = np.ones((out, g1 - g0))
+        if scale_block:  # each row's run's largest magnitude, as the earlier groups' feedback left the weights
+            local = torch.from_numpy(sblock[g0:g1] - sblock[g0])
+            peak = torch.zeros(out, int(local[-1]) + 1, dtype=torch.float64)
+            peak.scatter_reduce_(1, local.expand(out, -1), Wb.abs(), "amax")
+            c, lo, step = quantize_log_scales(peak, scale_bits)
+            s_codes.append(c), s_lo.append(lo), s_step.append(step)
+            sc = dequantize_log_scales(c, lo, step).to(torch.float64)[:, local].numpy()
+        x = (Wb.numpy() / sc).reshape(out * nv, dim)  # row-major: a row block's vectors are one contiguous run
+        wt = np.tile(imp[g0:g1].reshape(nv, dim), (out, 1)) * (sc**2).reshape(out * nv, dim)
         starts = np.minimum(np.arange(n_row_books + 1) * gr, out) * nv
         cbs, _ = _fit_codebooks(x, wt, starts.astype(np.int64), k, iters)
         codes, scale, lo = quantize_codebooks(torch.from_numpy(cbs).transpose(1, 2))
@@ -262,12 +294,16 @@ def gptvq_quantize(w: torch.Tensor, H: torch.Tensor, bits: int, *, dim: int = 2,
         cq_t = np.ascontiguousarray(cq.transpose(1, 2).numpy())
         wb, err = np.ascontiguousarray(Wb.numpy()), np.zeros((out, g1 - g0))
         idx = np.zeros((out, nv), np.int64)
-        _quantize_columns(wb, np.ascontiguousarray(Ub.numpy()), np.ascontiguousarray(imp[g0:g1]), cq_t, book, err, idx)
+        _quantize_columns(wb, np.ascontiguousarray(Ub.numpy()), np.ascontiguousarray(imp[g0:g1]), cq_t, book,
+                          np.ascontiguousarray(sc), err, idx)
         indices[:, g0 // dim:g1 // dim] = torch.from_numpy(idx)
         Wb, Err = torch.from_numpy(wb), torch.from_numpy(err)
         W[:, g0:g1] = Wb
         W[:, g1:] -= Err @ U[g0:g1, g1:]
     q = VQTensor(indices, torch.cat(codes_all), torch.cat(scale_all), torch.cat(lo_all), bits, dim, gc, gr)
+    if scale_block:
+        q = dataclasses.replace(q, scale_codes=torch.cat(s_codes, 1), scale_lo=torch.cat(s_lo),
+                                scale_step=torch.cat(s_step), scale_bits=scale_bits, scale_block=scale_block)
     if codebook_update_steps > 0:
         q, _ = update_codebooks(q, W0, H0, codebook_update_steps)
     return q

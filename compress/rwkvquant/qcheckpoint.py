@@ -44,10 +44,14 @@ def _encode_q(q) -> dict:
                 "zshape": list(q.zeros.shape), "codes": _packed(q.codes, q.bits), "scales": q.scales.clone(),
                 "zeros": _packed(q.zeros, q.bits)}
     if isinstance(q, VQTensor):
-        return {"kind": "vq", "bits": q.bits, "dim": q.dim, "group_cols": q.group_cols, "group_rows": q.group_rows,
-                "shape": list(q.indices.shape), "indices": _packed(q.indices, q.bits * q.dim),
-                "cb_shape": list(q.codebook_codes.shape), "cb_codes": q.codebook_codes.clone(),
-                "cb_scale": q.codebook_scale.clone(), "cb_offset": q.codebook_offset.clone()}
+        d = {"kind": "vq", "bits": q.bits, "dim": q.dim, "group_cols": q.group_cols, "group_rows": q.group_rows,
+             "shape": list(q.indices.shape), "indices": _packed(q.indices, q.bits * q.dim),
+             "cb_shape": list(q.codebook_codes.shape), "cb_codes": q.codebook_codes.clone(),
+             "cb_scale": q.codebook_scale.clone(), "cb_offset": q.codebook_offset.clone()}
+        if q.scale_codes is not None:  # blockwise normalisation
+            d.update(s_bits=q.scale_bits, s_block=q.scale_block, s_shape=list(q.scale_codes.shape),
+                     s_codes=_packed(q.scale_codes, q.scale_bits), s_lo=q.scale_lo.clone(), s_step=q.scale_step.clone())
+        return d
     raise TypeError(type(q))
 
 
@@ -56,8 +60,12 @@ def _decode_q(d: dict):
         return SQTensor(_unpacked(d["codes"], d["bits"], d["shape"]).to(torch.uint8), d["scales"],
                         _unpacked(d["zeros"], d["bits"], d["zshape"]).to(torch.uint8), d["bits"], d["group_size"])
     if d["kind"] == "vq":
+        scaled = {}
+        if "s_codes" in d:
+            scaled = dict(scale_codes=_unpacked(d["s_codes"], d["s_bits"], d["s_shape"]).to(torch.uint8),
+                          scale_lo=d["s_lo"], scale_step=d["s_step"], scale_bits=d["s_bits"], scale_block=d["s_block"])
         return VQTensor(_unpacked(d["indices"], d["bits"] * d["dim"], d["shape"]), d["cb_codes"], d["cb_scale"],
-                        d["cb_offset"], d["bits"], d["dim"], d["group_cols"], d.get("group_rows"))
+                        d["cb_offset"], d["bits"], d["dim"], d["group_cols"], d.get("group_rows"), **scaled)
     raise EdgesmithError(f"quantized layer kind {d['kind']!r} is unknown.", "re-create the file with this version.")
 
 

@@ -65,6 +65,9 @@ class RWKVQuantBase(PassConfig):
     fitted before any update); act-order needs static groups here (stored groups are runs of adjacent columns).
     ``symmetric``: RTN's and GPTQ's grids symmetric about zero (the reference quantizer's ``sym``): no zero points
     stored (one bit-width's worth per group less) and onnxruntime's MatMulNBits runs without them, faster on CPU.
+    ``vq_scale_block``: GPTVQ's blockwise data normalisation over runs of that many columns (0 = off; the
+    paper's scripts: 32), its scales stored in ``vq_scale_bits`` bits on a log grid; with ``vq_group_size=0``
+    the codebooks serve more weights so that VQ's overhead, scales included, still matches SQ's.
     """
 
     kind: ClassVar[str] = ""
@@ -88,11 +91,14 @@ class RWKVQuantBase(PassConfig):
     act_order: bool = False
     static_groups: bool = False
     symmetric: bool = False
+    vq_scale_block: int = 0
+    vq_scale_bits: int = 4
 
     def validate(self) -> None:
         ints = {"bits": (2, 8), "group_size": (8, 4096), "vq_dim": (1, 4), "vq_group_size": (0, 10**7),
                 "vector_bits": (1, 8), "n_calibration": (1, 10**6), "kmeans_iters": (1, 1000), "seed": (0, 2**31),
-                "vq_columns": (1, 1 << 20), "codebook_update_steps": (0, 1000)}
+                "vq_columns": (1, 1 << 20), "codebook_update_steps": (0, 1000), "vq_scale_block": (0, 4096),
+                "vq_scale_bits": (2, 8)}
         for name, (lo, hi) in ints.items():
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
@@ -108,6 +114,13 @@ class RWKVQuantBase(PassConfig):
         for name in ("quantize_vectors", "act_order", "static_groups", "symmetric"):
             if not isinstance(getattr(self, name), bool):
                 self._fail(name, f"is {getattr(self, name)!r}", "use true or false.")
+        if self.vq_scale_block % self.vq_dim:
+            self._fail("vq_scale_block", f"is {self.vq_scale_block}, not a multiple of vq_dim {self.vq_dim}",
+                       "use a multiple of vq_dim (e.g. 32), or 0 for no normalisation.")
+        if self.vq_scale_block and not self.vq_group_size and self.sq_overhead_bits() <= self.vq_scale_overhead_bits():
+            self._fail("vq_scale_block", f"= {self.vq_scale_block} costs {self.vq_scale_overhead_bits():.3f} bits per "
+                       f"weight in scales, no less than SQ's whole overhead ({self.sq_overhead_bits():.3f})",
+                       "use a longer block, fewer vq_scale_bits, or set vq_group_size yourself.")
         if self.act_order and not self.static_groups:
             self._fail("act_order", "is set without static_groups",
                        "add static_groups=true (each stored group must stay a run of adjacent columns).")
@@ -124,12 +137,17 @@ class RWKVQuantBase(PassConfig):
     def sq_overhead_bits(self) -> float:
         return (FP16_BITS + (0 if self.symmetric else self.bits)) / self.group_size
 
+    def vq_scale_overhead_bits(self) -> float:
+        """Bits per weight of the normalisation scales (the per-column fp16 grid ends aside: < 0.01 for >= 64 rows)."""
+        return self.vq_scale_bits / self.vq_scale_block if self.vq_scale_block else 0.0
+
     def vq_weights_per_codebook(self) -> int:
-        """Weights sharing one codebook; by default chosen so VQ pays the same overhead per weight as SQ."""
+        """Weights sharing one codebook; by default chosen so VQ pays the same overhead per weight as SQ
+        (scales of the blockwise normalisation included)."""
         if self.vq_group_size:
             return self.vq_group_size
         cb_bits = 2 ** (self.bits * self.vq_dim) * self.vq_dim * CODEBOOK_BITS + 2 * FP16_BITS
-        return int(round(cb_bits / self.sq_overhead_bits()))
+        return int(round(cb_bits / (self.sq_overhead_bits() - self.vq_scale_overhead_bits())))
 
 
 @dataclass
@@ -275,18 +293,21 @@ def quantize_matrix(name: str, w: torch.Tensor, H: torch.Tensor, choice: str, co
     and calibration data; the key holds every setting the result depends on.
     """
     if choice == "vq":
-        label = "gptvq"
+        label = "gptvq" + (f" (normalised per {config.vq_scale_block} columns, {config.vq_scale_bits}-bit log scales)"
+                           if config.vq_scale_block else "")
         key = (name, label, config.bits, config.vq_dim, config.vq_weights_per_codebook(), config.damp,
-               config.vq_columns, config.kmeans_iters, config.codebook_update_steps)
+               config.vq_columns, config.kmeans_iters, config.codebook_update_steps, config.vq_scale_block,
+               config.vq_scale_bits)
     else:
         label = config.sq_label()
         key = (name, label, config.bits, config.group_size, config.damp)
     if cache is not None and key in cache:
         return cache[key], label
-    if label == "gptvq":
+    if choice == "vq":
         q = gptvq_quantize(w, H, config.bits, dim=config.vq_dim, group_size=config.vq_weights_per_codebook(),
                            columns=config.vq_columns, damp=config.damp, iters=config.kmeans_iters,
-                           codebook_update_steps=config.codebook_update_steps)
+                           codebook_update_steps=config.codebook_update_steps, scale_block=config.vq_scale_block,
+                           scale_bits=config.vq_scale_bits)
     elif config.method == "rtn":
         q = rtn_quantize(w, config.bits, config.group_size, config.symmetric)
     else:

@@ -8,7 +8,10 @@ Three stored forms, each a dataclass of plain tensors so it saves and reloads bi
 - ``VQTensor``: ``dim``-dimensional vector codes (GPTVQ). Each block of ``group_rows`` rows x
   ``group_cols`` input columns has a codebook of ``2**(bits*dim)`` centroids stored as 8-bit codes with
   an fp16 scale and offset; each row's ``dim`` consecutive weights are one index. Codebooks are numbered
-  column block by column block, row blocks within (``book_of``).
+  column block by column block, row blocks within (``book_of``). Optionally (GPTVQ's blockwise data
+  normalisation) every row's run of ``scale_block`` columns inside a column block is scaled: the codebook
+  holds normalised weights, w = centroid * s, s stored as a ``scale_bits``-bit code on a log2 grid of
+  its block column (an fp16 lowest log2 scale and step per block column, ``log_scales``).
 - ``VecCodebook``: a 1-D codebook for a per-channel vector (RWKVQuant's element-wise
   multiplication vectors): ``bits``-bit indices into 2**bits centroids, codebook stored in 8 bit.
 
@@ -61,6 +64,36 @@ def dequantize_codebooks(codes: torch.Tensor, scale: torch.Tensor, lo: torch.Ten
     return codes.to(torch.float32) * scale.to(torch.float32)[:, None, None] + lo.to(torch.float32)[:, None, None]
 
 
+def scale_block_index(n_in: int, group_cols: int, block: int) -> torch.Tensor:
+    """(n_in,) number of the scale block of every input column: runs of ``block`` columns inside each column
+    block of ``group_cols`` (a narrower last run where ``block`` does not divide it), numbered left to right."""
+    col = torch.arange(n_in)
+    per_group = -(-group_cols // block)
+    return (col // group_cols) * per_group + (col % group_cols) // block
+
+
+def quantize_log_scales(s: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Positive scales (rows, blocks) -> (``bits``-bit codes uint8, fp16 lowest log2 scale and fp16 step per
+    block column): a uniform grid on log2(s) from each column's smallest scale to its largest. A zero scale
+    (an all-zero run) takes its column's smallest positive one (1 when there is none)."""
+    s = s.to(torch.float64).clone()
+    pos = s > 0
+    floor = torch.where(pos, s, torch.full_like(s, float("inf"))).min(0).values
+    floor = torch.where(torch.isfinite(floor), floor, torch.ones_like(floor))
+    s = torch.where(pos, s, floor.expand_as(s))
+    log = torch.log2(s)
+    lo = log.min(0).values.to(torch.float16)
+    step = ((log.max(0).values - lo.to(torch.float64)) / (2**bits - 1)).to(torch.float16)
+    step = torch.where(step > 0, step, torch.ones_like(step))  # one scale in the column: any step is exact
+    codes = torch.round((log - lo.to(torch.float64)) / step.to(torch.float64)).clamp(0, 2**bits - 1)
+    return codes.to(torch.uint8), lo, step
+
+
+def dequantize_log_scales(codes: torch.Tensor, lo: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
+    """(rows, blocks) float32 scales 2^(lo + code * step)."""
+    return torch.exp2(lo.to(torch.float32) + codes.to(torch.float32) * step.to(torch.float32))
+
+
 @dataclass
 class SQTensor:
     codes: torch.Tensor  # uint8 (out, in)
@@ -102,8 +135,21 @@ class VQTensor:
     dim: int
     group_cols: int
     group_rows: int | None = None  # None: one codebook spans all rows (files written before row blocks)
+    scale_codes: torch.Tensor | None = None  # uint8 (out, n_scale_blocks); None: no blockwise normalisation
+    scale_lo: torch.Tensor | None = None  # fp16 (n_scale_blocks,): log2 of each block column's smallest scale
+    scale_step: torch.Tensor | None = None  # fp16 (n_scale_blocks,): its log2 grid step
+    scale_bits: int = 0
+    scale_block: int = 0
 
     kind = "vq"
+
+    def scales(self) -> torch.Tensor | None:
+        """(out, in) float32 scale of every weight (blockwise normalisation), or None without it."""
+        if self.scale_codes is None:
+            return None
+        n_in = self.indices.shape[1] * self.dim
+        per_block = dequantize_log_scales(self.scale_codes, self.scale_lo, self.scale_step)
+        return per_block[:, scale_block_index(n_in, self.group_cols, self.scale_block)]
 
     def book_of(self) -> torch.Tensor:
         """(out, in // dim) index of the codebook of every stored vector."""
@@ -118,14 +164,17 @@ class VQTensor:
 
     def dequantize(self) -> torch.Tensor:
         out, n_vec = self.indices.shape
-        w = self.codebooks()[self.book_of(), self.indices]  # (out, n_vec, dim)
-        return w.reshape(out, n_vec * self.dim)
+        w = self.codebooks()[self.book_of(), self.indices].reshape(out, n_vec * self.dim)
+        s = self.scales()
+        return w if s is None else w * s
 
     def storage_bits(self) -> int:
         n_groups, k, d = self.codebook_codes.shape
         index_bits = self.bits * self.dim
+        scale_bits = 0 if self.scale_codes is None else (self.scale_codes.numel() * self.scale_bits
+                                                         + self.scale_lo.numel() * 2 * FP16_BITS)
         return (self.indices.numel() * index_bits + n_groups * k * d * CODEBOOK_BITS
-                + n_groups * 2 * FP16_BITS)
+                + n_groups * 2 * FP16_BITS + scale_bits)
 
     @property
     def n_weights(self) -> int:

@@ -23,6 +23,8 @@ class TokenLmOptions(KindOptions):
     sq_percentile: float = option(90.0, "RWKVQuant's threshold percentile (share of matrices below tau, per proxy)")
     quantize_vectors: bool = option(True, "codebook-quantize the token-shift multiplication vectors (every method)")
     symmetric: bool = option(False, "symmetric scalar grids (no zero points stored; faster MatMulNBits on CPU)")
+    vq_scale_block: int = option(0, "GPTVQ's blockwise data normalisation of every VQ matrix (GPTVQ's and "
+                                    "RWKVQuant's): columns per 4-bit scale (0 = off; the paper's scripts: 32)")
 
     def validate(self) -> None:
         methods, bits = tuple(self.methods), tuple(self.bits)
@@ -36,6 +38,9 @@ class TokenLmOptions(KindOptions):
         p = self.sq_percentile
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 100:
             self._fail("sq_percentile", f"is {p!r}", "use a percentile in (0, 100], e.g. 90.")
+        b = self.vq_scale_block
+        if isinstance(b, bool) or not isinstance(b, int) or b < 0 or b % 2 or b > 4096:
+            self._fail("vq_scale_block", f"is {b!r}", "use an even number of columns up to 4096, e.g. 32, or 0 (off).")
         for name in ("quantize_vectors", "symmetric"):
             if not isinstance(getattr(self, name), bool):
                 self._fail(name, f"is {getattr(self, name)!r}", "use true or false.")

@@ -131,3 +131,34 @@ def test_recipe_runs_each_quantizer_once_per_seed_and_seedless_ones_once():
     assert per[("rwkv7-ref", "fp32")] == per[("rwkv7-ref", "rtn-3bit")] == {0}
     assert per[("rwkv6-ref", "rwkvquant-4bit")] == per[("rwkv7-ref", "gptvq-3bit")] == {0, 1, 2}
     assert len(cells) == 2 * (1 + 2 + 2 * 3 * 3)  # per model: fp32, RTN at 3 and 4 bits, the rest x 3 seeds
+
+
+def test_vq_normalised_recipe_changes_only_the_vq_methods_cells():
+    # its RTN, GPTQ and fp32 cells must be the plain recipe's very deploys, so a shared sweep dir reuses them and
+    # the two tables score the same SQ baselines
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import RECIPE
+    from edgesmith.bench.sweep import load_sweep
+
+    _, plain = load_sweep(RECIPE)
+    _, norm = load_sweep(RECIPE.with_name("rwkv-quant-seeds-vqnorm.toml"))
+    assert len(plain) == len(norm)
+    for a, b in zip(plain, norm):
+        variant = a.spec["plan"]["variants"][0]
+        if variant.startswith(("gptvq", "rwkvquant")):
+            assert b.spec["plan"]["variants"] == [variant + "-vqn32"] and b.spec["options"]["vq_scale_block"] == 32
+            assert {k: v for k, v in b.spec["options"].items() if k != "vq_scale_block"} == a.spec["options"]
+        else:
+            assert b.spec == a.spec
+
+
+def test_the_table_names_vq_normalisation_on_its_rows():
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import markdown, seed_table
+
+    reports = _reports()
+    for r in reports:
+        for v in r["variants"]:
+            for p in v["pass_reports"]:
+                p["config"]["vq_scale_block"] = 32 if p["config"]["kind"] == "rwkvquant" else 0
+    (res,) = seed_table(reports)
+    md = markdown([res])
+    assert "| rwkvquant (VQ normalised per 32) | 3 |" in md and "| gptq | 3 |" in md

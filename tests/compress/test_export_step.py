@@ -54,10 +54,11 @@ def test_fp32_step_graph_decodes_torch_tokens_and_batched_sequences_match_the_pa
     assert logits.shape == ref.shape and np.allclose(logits, ref, atol=1e-4) and stats["steps"] == 10
 
 
-def test_quantized_step_graph_uses_matmulnbits_and_vq_gather_and_matches_torch(tmp_path):
+@pytest.mark.parametrize("scale_block", [0, 16])
+def test_quantized_step_graph_uses_matmulnbits_and_vq_gather_and_matches_torch(tmp_path, scale_block):
     m = tiny(7)
     q, rep = quantize_rwkv(m, CALIB, make_config("rwkvquant", bits=4, group_size=32, sq_percentile=60.0,
-                                                 kmeans_iters=3, n_calibration=4))
+                                                 kmeans_iters=3, n_calibration=4, vq_scale_block=scale_block))
     counts = export_step_onnx(q, tmp_path / "q.onnx", accuracy_level=0)
     assert counts["matmulnbits"] == rep.extra["n_sq"] and counts["vq_gather"] == rep.extra["n_vq"] > 0
     ops = {n.op_type for n in onnx.load(tmp_path / "q.onnx").graph.node}
@@ -131,11 +132,13 @@ def test_export_step_config_refuses_a_batch_that_is_not_a_positive_integer():
     assert ExportStepOnnxConfig(batch=1).batch == 1
 
 
-def test_vq_layers_as_8bit_matmulnbits_give_the_gather_forms_logits(tmp_path):
-    # every dequantized VQ weight is an 8-bit codebook code x scale + offset, so the int8 form is exact
+@pytest.mark.parametrize("scale_block", [0, 16])
+def test_vq_layers_as_8bit_matmulnbits_give_the_gather_forms_logits(tmp_path, scale_block):
+    # every dequantized VQ weight is an 8-bit codebook code x scale + offset (times its normalisation scale), so
+    # the int8 form is exact up to float rounding
     m = tiny(7)
     q, rep = quantize_rwkv(m, CALIB, make_config("rwkvquant", bits=4, group_size=32, sq_percentile=60.0,
-                                                 kmeans_iters=3, n_calibration=4))
+                                                 kmeans_iters=3, n_calibration=4, vq_scale_block=scale_block))
     gather = export_step_onnx(q, tmp_path / "g.onnx", accuracy_level=0)
     int8 = export_step_onnx(q, tmp_path / "i.onnx", accuracy_level=0, vq_form="int8")
     assert int8["vq_int8"] == gather["vq_gather"] == rep.extra["n_vq"] > 0 and int8["vq_gather"] == 0

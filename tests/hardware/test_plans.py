@@ -134,3 +134,14 @@ def test_symmetric_grids_are_a_token_lm_option_named_in_the_variant():
                                                 PlanOptions(options={"methods": ["rwkv-gptq"], "bits": [3],
                                                                      "symmetric": True})))
     assert list(plan) == ["fp32", "gptq-3bit-sym"] and plan["gptq-3bit-sym"].passes[0].symmetric is True
+
+
+def test_vq_normalisation_is_a_token_lm_option_named_only_on_the_methods_with_vq_matrices():
+    plan = _by_name(get_target("host-cpu").plan(SimpleNamespace(name="m", kind="token-lm", native_format="torch"),
+                                                PlanOptions(options={"methods": ["rwkv-gptq", "rwkv-gptvq", "rwkvquant"],
+                                                                     "bits": [4], "vq_scale_block": 32})))
+    assert list(plan) == ["fp32", "gptq-4bit", "gptvq-4bit-vqn32", "rwkvquant-4bit-vqn32"]
+    assert all(plan[n].passes[0].vq_scale_block == 32 for n in list(plan)[1:])
+    with pytest.raises(EdgesmithError, match="vq_scale_block"):
+        get_target("host-cpu").plan(SimpleNamespace(name="m", kind="token-lm", native_format="torch"),
+                                    PlanOptions(options={"vq_scale_block": 31}))

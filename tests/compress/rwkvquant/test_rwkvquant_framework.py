@@ -58,9 +58,11 @@ def test_rwkvquant_reports_thresholds_and_a_decision_per_matrix():
     assert len(torch.unique(q.blocks[1].att.x_k)) <= 8
 
 
-@pytest.mark.parametrize("method", ["gptq", "rwkvquant"])
-def test_quantized_checkpoint_reloads_bit_exactly(tmp_path, method):
-    q, _ = quantize_rwkv(tiny(6), CALIB, make_config(method, bits=3, group_size=32, sq_percentile=60.0, **FAST))
+@pytest.mark.parametrize("method,extra", [("gptq", {}), ("rwkvquant", {}), ("rwkvquant", {"vq_scale_block": 16})])
+def test_quantized_checkpoint_reloads_bit_exactly(tmp_path, method, extra):
+    q, _ = quantize_rwkv(tiny(6), CALIB, make_config(method, bits=3, group_size=32, sq_percentile=60.0, **FAST, **extra))
+    if extra:
+        assert any(m.q.kind == "vq" and m.q.scale_codes is not None for m in q.modules() if isinstance(m, QuantLinear))
     path = save_quantized(q, tmp_path / "q.pth")
     q2 = load_quantized(path)
     x = torch.as_tensor(CALIB[:2])
@@ -71,6 +73,19 @@ def test_quantized_checkpoint_reloads_bit_exactly(tmp_path, method):
     vectors = sum(cb.storage_bits() for cb in q.quant_vectors.values()) / 8
     fp_bytes = sum(v.numel() * v.element_size() for v in quantized_payload(q)["fp"].values())
     assert counted + vectors + fp_bytes < path.stat().st_size < counted + vectors + fp_bytes + 60_000
+
+
+def test_normalised_vq_keeps_the_sq_overhead_and_refuses_scales_that_cost_more():
+    plain, norm = make_config("gptvq", bits=4), make_config("gptvq", bits=4, vq_scale_block=32)
+    # the 4-bit scales (1/8 bit per weight) come out of the codebooks' share of SQ's 20/64 overhead
+    assert norm.vq_weights_per_codebook() == round((256 * 2 * 8 + 32) / (20 / 64 - 4 / 32))
+    assert norm.vq_weights_per_codebook() > plain.vq_weights_per_codebook()
+    q, rep = quantize_rwkv(tiny(6), CALIB, make_config("gptvq", bits=3, group_size=32, vq_scale_block=16, **FAST))
+    assert all("normalised per 16 columns" in layer.reason for layer in rep.layers if layer.action == "quantized-VQ")
+    with pytest.raises(EdgesmithError, match="multiple of vq_dim"):
+        make_config("gptvq", vq_scale_block=15)
+    with pytest.raises(EdgesmithError, match="no less than SQ's whole overhead"):
+        make_config("gptvq", vq_scale_block=8, vq_scale_bits=8, group_size=64)
 
 
 def test_bad_quantized_file_is_rejected(tmp_path):

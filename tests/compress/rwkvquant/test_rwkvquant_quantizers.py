@@ -11,7 +11,8 @@ from edgesmith.compress.rwkvquant.gptvq import _fit_codebooks, _quantize_columns
 from edgesmith.compress.rwkvquant.proxies import coarse_proxy, decide, fine_proxy, max_over_rms
 from edgesmith.compress.rwkvquant.rtn import rtn_quantize
 from edgesmith.compress.rwkvquant.rwkvquant import hessian_error
-from edgesmith.compress.rwkvquant.tensors import pack_bits, unpack_bits
+from edgesmith.compress.rwkvquant.tensors import (dequantize_log_scales, pack_bits, quantize_log_scales,
+                                                  scale_block_index, unpack_bits)
 
 
 @pytest.fixture
@@ -79,9 +80,10 @@ def test_vq_layout_is_the_papers_column_groups_with_even_row_blocks():
     assert vq_layout(128, 300, 2, 4096) == (150, 26)  # 300 columns: two even groups of 150, not 256 + 44; 5 row blocks
 
 
-def test_gptvq_column_loop_matches_a_transcription_of_the_joint_update():
-    # the Numba loop against the update written out in torch: nearest weighted centroid of the row's codebook,
-    # E = (W_b - Q_b) U_bb^-1, W[:, later] -= E U[b, later]
+@pytest.mark.parametrize("scaled", [False, True])
+def test_gptvq_column_loop_matches_a_transcription_of_the_joint_update(scaled):
+    # the Numba loop against the update written out in torch: nearest weighted centroid of the row's codebook
+    # to the weights over their scales, Q = centroid x scale, E = (W_b - Q_b) U_bb^-1, W[:, later] -= E U[b, later]
     g = torch.Generator().manual_seed(3)
     rows, width, d, k = 10, 8, 2, 4
     wb = torch.randn(rows, width, generator=g, dtype=torch.float64)
@@ -89,17 +91,20 @@ def test_gptvq_column_loop_matches_a_transcription_of_the_joint_update():
     imp = torch.rand(width, generator=g, dtype=torch.float64) + 0.5
     cbs = torch.randn(2, d, k, generator=g, dtype=torch.float64)
     book = np.arange(rows) // 5
+    sc = torch.ones(rows, width, dtype=torch.float64)
+    if scaled:  # one scale per row and run of 4 columns, as blockwise normalisation lays them out
+        sc = (torch.rand(rows, width // 4, generator=g, dtype=torch.float64) * 3 + 0.1).repeat_interleave(4, 1)
     ref, ref_idx = wb.clone(), torch.zeros(rows, width // d, dtype=torch.int64)
     for j in range(0, width, d):
         c = cbs[torch.from_numpy(book)]  # (rows, d, k)
-        dist = ((ref[:, j:j + d, None] - c) ** 2 * imp[j:j + d, None]).sum(1)
+        dist = ((ref[:, j:j + d, None] / sc[:, j:j + d, None] - c) ** 2 * imp[j:j + d, None]).sum(1)
         a = dist.argmin(1)
-        q = c[torch.arange(rows), :, a]
+        q = c[torch.arange(rows), :, a] * sc[:, j:j + d]
         e = torch.linalg.solve_triangular(ub[j:j + d, j:j + d], ref[:, j:j + d] - q, upper=True, left=False)
         ref[:, j + d:] -= e @ ub[j:j + d, j + d:]
         ref[:, j:j + d], ref_idx[:, j // d] = q, a
     out, err, idx = wb.numpy().copy(), np.zeros((rows, width)), np.zeros((rows, width // d), np.int64)
-    _quantize_columns(out, ub.numpy(), imp.numpy(), cbs.numpy(), book, err, idx)
+    _quantize_columns(out, ub.numpy(), imp.numpy(), cbs.numpy(), book, sc.numpy(), err, idx)
     assert np.array_equal(idx, ref_idx.numpy())
     np.testing.assert_allclose(out, ref.numpy(), rtol=0, atol=1e-12)
 
@@ -135,6 +140,52 @@ def test_gptvq_output_error_is_below_rtn_at_similar_bits(layer):
     r = rtn_quantize(w, 3, 16)
     assert v.storage_bits() <= r.storage_bits() * 1.05
     assert hessian_error(w, v.dequantize(), H) < hessian_error(w, r.dequantize(), H)
+
+
+def test_log_scales_sit_on_each_columns_log_grid_and_stand_in_for_zero_runs():
+    g = torch.Generator().manual_seed(5)
+    s = torch.exp(torch.randn(40, 6, generator=g, dtype=torch.float64) * 2)
+    s[3, 2] = 0.0  # an all-zero run
+    codes, lo, step = quantize_log_scales(s, 4)
+    assert codes.dtype == torch.uint8 and int(codes.max()) == 15 and lo.dtype == step.dtype == torch.float16
+    deq = dequantize_log_scales(codes, lo, step).to(torch.float64)
+    pos = s > 0
+    # within half a grid step in log2 (plus the fp16 rounding of the grid's ends, 15 steps' worth at most)
+    slack = step.to(torch.float64) / 2 + 16 * 2.0**-10 * (lo.abs().to(torch.float64) + 15 * step.to(torch.float64))
+    assert torch.all((torch.log2(deq) - torch.log2(s)).abs()[pos] <= slack.expand_as(s)[pos])
+    assert deq[3, 2] == deq[:, 2][codes[:, 2] == 0][0]  # the zero run takes its column's smallest scale
+
+
+def test_scale_blocks_are_runs_inside_each_column_group():
+    assert scale_block_index(10, 5, 2).tolist() == [0, 0, 1, 1, 2, 3, 3, 4, 4, 5]
+    assert scale_block_index(8, 8, 4).tolist() == [0] * 4 + [1] * 4
+
+
+def test_normalised_gptvq_counts_its_scales_and_beats_plain_gptvq_on_rows_of_unequal_size(layer):
+    w, H = layer
+    w = w * torch.logspace(-1, 1, 48)[:, None]  # rows two decades apart: one codebook cannot serve them all
+    plain = gptvq_quantize(w, H, 3, dim=2, group_size=48 * 16, iters=20)
+    norm = gptvq_quantize(w, H, 3, dim=2, group_size=48 * 32, iters=20, scale_block=16)
+    assert norm.scale_codes.shape == (48, 4) and norm.codebook_codes.shape[0] == 2
+    # indices, two 64-centroid codebooks, a 4-bit scale per row and run, an fp16 grid (lowest, step) per run
+    assert norm.storage_bits() == 48 * 32 * 6 + 2 * (64 * 2 * 8 + 32) + 48 * 4 * 4 + 4 * 2 * 16
+    assert norm.storage_bits() < plain.storage_bits()  # half the codebooks pay for the scales
+    # every weight is its row block's centroid times its own scale
+    cb = norm.codebooks()[norm.book_of(), norm.indices].reshape(48, 64)
+    assert torch.equal(norm.dequantize(), cb * norm.scales())
+    assert hessian_error(w, norm.dequantize(), H) < 0.75 * hessian_error(w, plain.dequantize(), H)
+    with pytest.raises(ValueError, match="multiple of the VQ dimension"):
+        gptvq_quantize(w, H, 2, dim=2, scale_block=3)
+
+
+def test_codebook_update_moves_centroids_under_their_scales(layer):
+    w, H = layer
+    w = w * torch.logspace(-1, 1, 48)[:, None]
+    plain = gptvq_quantize(w, H, 2, dim=2, group_size=768, iters=20, codebook_update_steps=0, scale_block=16)
+    new, info = update_codebooks(plain, w, H, steps=10)
+    assert info["kept"] and torch.equal(new.indices, plain.indices) and torch.equal(new.scale_codes, plain.scale_codes)
+    # the error it reports is the error of the stored, scaled weights
+    assert info["error_after"] == pytest.approx(((new.dequantize() - w) @ H * (new.dequantize() - w)).sum().item(), rel=1e-5)
 
 
 def test_weighted_codebook_lowers_the_weighted_error_of_a_vector():
