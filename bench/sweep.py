@@ -130,10 +130,11 @@ def load_sweep(path: str | os.PathLike) -> tuple[dict, list[Cell]]:
                     raise EdgesmithError(f"{where}: no {k}.", f"set {k} at the top level, in [grid] or in each [[cell]].")
             cells.append(Cell(len(cells), params, _absolute_paths(spec)))
     threads = threads_per_cell(settings)
+    hashed: dict = {}  # each file hashed once for all the cells (they share the weights: 40 MB x 42 cells)
     for c in cells:  # the threads a cell is measured with are part of what it is (and of its key)
         c.spec.setdefault("threads", threads)
         _check_cell(c.spec)
-        c.key = cell_key(c.spec)
+        c.key = cell_key(c.spec, hashed)
     if len({c.key for c in cells}) < len(cells):
         raise EdgesmithError(f"sweep recipe {p}: two cells deploy the same thing.",
                              "remove the repeated grid value or [[cell]] entry.")
@@ -201,16 +202,23 @@ def _producer_weight_files(spec: dict) -> list[Path]:
         return []
 
 
-def cell_key(spec: dict) -> str:
+def cell_key(spec: dict, hashed: dict | None = None) -> str:
     """Content hash of one cell: its deploy table, the bytes of the files it names and of the weights a named
-    producer loads (retrained weights make new cells), the edgesmith version."""
+    producer loads (retrained weights make new cells), the edgesmith version. ``hashed`` (path -> hash) lets the
+    cells of one recipe, keyed at one moment, hash a shared file once."""
     files = {}
     model = _model_path(spec["model"])
     named = [(k, Path(spec[k])) for k in PATH_KEYS if k in spec]
     weights = [(f"weights:{p.name}", p) for p in ([] if model is not None else _producer_weight_files(spec))]
     for name, path in [("model", model)] + named + weights:
         if path is not None and path.exists():
-            files[name] = _fingerprint(path)
+            if hashed is None:
+                files[name] = _fingerprint(path)
+                continue
+            where = str(path.resolve())
+            if where not in hashed:
+                hashed[where] = _fingerprint(path)
+            files[name] = hashed[where]
     blob = json.dumps({"spec": {k: v for k, v in spec.items() if k not in ("out", "force")}, "files": files,
                        "edgesmith": __version__}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

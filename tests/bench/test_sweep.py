@@ -238,3 +238,18 @@ def test_the_shipped_sweep_recipes_load_and_check(tmp_path):
     assert counts == {"lrnn-width-sparsity": 12, "lrnn-width-sparsity-quick": 9, "rwkv-quant": 16,
                       "rwkv-quant-seeds": 42, "rwkv-quant-table": 56, "rwkv-quant-table-quick": 3,
                       "scaling": 19, "scaling-quick": 5}
+
+
+def test_the_cells_of_one_recipe_hash_a_shared_file_once(tmp_path, monkeypatch):
+    import edgesmith.bench.sweep as sweep
+
+    data = tmp_path / "calib.npy"
+    data.write_bytes(b"shared")
+    calls = []
+    real = sweep._fingerprint
+    monkeypatch.setattr(sweep, "_fingerprint", lambda p: calls.append(p) or real(p))
+    specs = [{"model": "digits-mlp", "target": "host-cpu", "calibration_data": str(data), "seed": s} for s in range(3)]
+    hashed: dict = {}
+    keys = [cell_key(s, hashed) for s in specs]
+    assert len(calls) == 1 and len(set(keys)) == 3
+    assert keys == [cell_key(s) for s in specs]  # the same keys as hashing every time
