@@ -162,3 +162,42 @@ def test_the_table_names_vq_normalisation_on_its_rows():
     (res,) = seed_table(reports)
     md = markdown([res])
     assert "| rwkvquant (VQ normalised per 32) | 3 |" in md and "| gptq | 3 |" in md
+
+
+def test_token_kl_is_zero_for_the_same_model_and_matches_the_definition():
+    import numpy as np
+    import torch
+
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import token_kl
+
+    table = torch.randn(8, 8, generator=torch.Generator().manual_seed(0))
+    other = table + 0.3 * torch.randn(8, 8, generator=torch.Generator().manual_seed(1))
+
+    def lm(t):  # a bigram model: logits of the next token from the current one, returned as (logits, state)
+        return lambda x: (t[x], None)
+
+    windows = np.random.default_rng(2).integers(0, 8, size=(5, 7))
+    assert token_kl(lm(table), lm(table), windows, batch=2) == 0.0
+    x = torch.from_numpy(windows[:, :-1])
+    p, q = torch.softmax(table[x].double(), -1), torch.softmax(other[x].double(), -1)
+    want = float((p * (p / q).log()).sum(-1).mean())
+    assert token_kl(lm(table), lm(other), windows, batch=2) == pytest.approx(want, rel=1e-12) and want > 0
+
+
+def test_the_table_gives_kl_to_fp32_per_method_and_rwkvquants_ratio_paired_by_seed():
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import markdown, seed_table
+
+    reports = _reports()
+    kls = {("rtn", 0): 0.004, ("gptq", 0): 0.002, ("gptq", 1): 0.003, ("gptq", 2): 0.002,
+           ("rwkvquant", 0): 0.001, ("rwkvquant", 1): 0.0015, ("rwkvquant", 2): 0.002}
+    for r in reports:
+        kind = r["variants"][0]["pass_reports"][0]["config"]["kind"].removeprefix("rwkv-") if r["variants"][0]["pass_reports"] else "fp32"
+        if kind != "fp32":
+            r["kl_to_fp32"] = kls[(kind, r["seed"])]
+    (res,) = seed_table(reports)
+    rows = {r["method"]: r for r in res["rows"]}
+    assert rows["gptq"]["kl"] == [0.002, 0.003, 0.002] and rows["rtn"]["kl_stats"]["n"] == 1
+    k = res["goals"][0]["kl"]
+    assert k["baseline"] == "gptq" and k["per_seed"] == pytest.approx([0.5, 0.5, 1.0])
+    md = markdown([res])
+    assert "| 2.333 ± " in md and "KL to fp32 / best baseline's (gptq) = 0.67" in md
