@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from edgesmith.bench.sweep import RECIPES
-from edgesmith.bench.benchmarks.rwkv_quant_table import model_axes, write_outputs
+from edgesmith.bench.benchmarks.rwkv_quant_table import write_outputs
 from edgesmith.common import EdgesmithError
 
 RECIPE = RECIPES / "rwkv-quant-seeds.toml"
@@ -114,24 +114,38 @@ def token_kl(reference, model, windows: np.ndarray, batch: int = 16) -> float:
     return total / n
 
 
+KL_FILE = "kl_to_fp32.json"  # beside a cell's deploy: a cell's folder is keyed by its content, so this never goes stale
+
+
 def kl_to_fp32(sweep_dir: Path, keys: list[str], reports: list[dict], log=print) -> None:
     """Add ``kl_to_fp32`` to every quantized cell's report (``token_kl`` of the fp32 reference model and the
-    checkpoint the cell saved, on the producer's evaluation windows); fp32 cells are left as they are."""
+    checkpoint the cell saved, on the producer's evaluation windows), kept in the cell's folder so a table is
+    re-made without recomputing it; fp32 cells are left as they are."""
+    import json
+
+    from edgesmith.common import atomic_path
     from edgesmith.compress.rwkvquant import load_quantized
     from edgesmith.models import get_producer
 
     refs: dict = {}
     for key, report in zip(keys, reports):
-        found = sorted((Path(sweep_dir) / "cells" / key / "deploy" / "artifacts").glob("*/model.quantized.pth"))
+        cell = Path(sweep_dir) / "cells" / key
+        found = sorted((cell / "deploy" / "artifacts").glob("*/model.quantized.pth"))
         if not found:
             continue
         if len(found) > 1:
             raise EdgesmithError(f"cell {key} holds {len(found)} quantized checkpoints.", "run one variant per cell.")
+        if (cell / KL_FILE).exists():
+            report["kl_to_fp32"] = json.loads((cell / KL_FILE).read_text())["kl_nats_per_byte"]
+            continue
         if report["model"] not in refs:
             producer = get_producer(report["model"], size="large").build()
             refs[report["model"]] = (producer.module_.eval(), producer.eval_windows())
         ref, windows = refs[report["model"]]
         report["kl_to_fp32"] = token_kl(ref, load_quantized(found[0]).eval(), windows)
+        with atomic_path(cell / KL_FILE, force=True) as tmp:
+            tmp.write_text(json.dumps({"kl_nats_per_byte": report["kl_to_fp32"], "windows": list(windows.shape),
+                                       "checkpoint": found[0].name}))
         if log:
             log(f"[kl] {report['model']} seed {report['seed']} {found[0].parent.name}: {report['kl_to_fp32']:.6f} nats")
 
@@ -351,15 +365,28 @@ def markdown(results: list[dict]) -> str:
 
 
 def plot(results: list[dict]):
-    fig, axes = model_axes(len(results))
-    for ax, res in zip(axes, results):
-        for i, method in enumerate(METHODS):
-            rs = sorted((r for r in res["rows"] if r["method"] == method), key=lambda r: r["bpw"])
-            if rs:
-                ax.errorbar([r["bpw"] for r in rs], [r["dppl_stats"]["mean"] for r in rs],
-                            yerr=[r["dppl_stats"]["ci95"] for r in rs], marker="o", capsize=3, color=f"C{i}", label=method)
-        ax.set_title(f"{res['model']} large"), ax.set_xlabel("bits per weight (block linears)")
-        ax.set_ylabel("perplexity increase over fp32 (95% CI over seeds)"), ax.legend(fontsize=8)
+    """Perplexity increase against bpw per model, and below it the KL to fp32 when the rows have it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("dppl_stats", 1, "perplexity increase over fp32")]
+    if any("kl_stats" in r for res in results for r in res["rows"]):
+        panels.append(("kl_stats", 1e3, "KL to fp32 (1e-3 nats per byte)"))
+    fig, axes = plt.subplots(len(panels), len(results), figsize=(5 * len(results), 4 * len(panels)), squeeze=False)
+    for col, res in enumerate(results):
+        for row, (key, scale, label) in enumerate(panels):
+            ax = axes[row][col]
+            for i, method in enumerate(METHODS):
+                rs = sorted((r for r in res["rows"] if r["method"] == method and key in r), key=lambda r: r["bpw"])
+                if rs:
+                    ax.errorbar([r["bpw"] for r in rs], [r[key]["mean"] * scale for r in rs],
+                                yerr=[r[key]["ci95"] * scale for r in rs], marker="o", capsize=3, color=f"C{i}",
+                                label=method)
+            ax.set_title(f"{res['model']} large"), ax.set_xlabel("bits per weight (block linears)")
+            ax.set_ylabel(f"{label} (95% CI over seeds)"), ax.legend(fontsize=8)
+    fig.tight_layout()
     return fig
 
 

@@ -201,3 +201,31 @@ def test_the_table_gives_kl_to_fp32_per_method_and_rwkvquants_ratio_paired_by_se
     assert k["baseline"] == "gptq" and k["per_seed"] == pytest.approx([0.5, 0.5, 1.0])
     md = markdown([res])
     assert "| 2.333 ± " in md and "KL to fp32 / best baseline's (gptq) = 0.67" in md
+
+
+def test_kl_is_kept_in_the_cell_folder_and_read_back_without_a_model(tmp_path):
+    import json
+
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import KL_FILE, kl_to_fp32
+
+    ckpt = tmp_path / "cells" / "k1" / "deploy" / "artifacts" / "gptq-3bit"
+    ckpt.mkdir(parents=True)
+    (ckpt / "model.quantized.pth").write_bytes(b"")  # never loaded: the kept figure answers
+    (tmp_path / "cells" / "k1" / KL_FILE).write_text(json.dumps({"kl_nats_per_byte": 0.0042}))
+    (tmp_path / "cells" / "k0").mkdir()  # the fp32 cell: no checkpoint, no KL
+    reports = [{"model": "no-such-model", "seed": 0}, {"model": "no-such-model", "seed": 0}]
+    kl_to_fp32(tmp_path, ["k0", "k1"], reports, log=None)
+    assert "kl_to_fp32" not in reports[0] and reports[1]["kl_to_fp32"] == 0.0042
+
+
+def test_the_plot_has_a_kl_panel_when_the_rows_have_kl():
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import plot, seed_table
+
+    reports = _reports()
+    (res,) = seed_table(reports)
+    assert len(plot([res]).axes) == 1
+    for r in reports:
+        if r["variants"][0]["pass_reports"]:
+            r["kl_to_fp32"] = 0.001
+    (res,) = seed_table(reports)
+    assert len(plot([res]).axes) == 2
