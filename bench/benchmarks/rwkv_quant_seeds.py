@@ -72,13 +72,24 @@ def _quant_cell(report: dict) -> dict:
             "kl": report.get("kl_to_fp32")}
 
 
+def _seed_pairs(rq: dict, best: dict, field: str) -> list[tuple[float, float]]:
+    """(RWKVQuant's, the best baseline's) ``field`` per shared calibration seed; a seedless baseline (one value)
+    pairs with every seed."""
+    theirs = best[field]
+    ref = dict.fromkeys(rq["seeds"], theirs[0]) if len(theirs) == 1 else dict(zip(best["seeds"], theirs))
+    return [(v, ref[s]) for s, v in zip(rq["seeds"], rq[field]) if s in ref]
+
+
+def _no_shared_seed() -> EdgesmithError:
+    return EdgesmithError("RWKVQuant and the best baseline share no calibration seed.", "run both on the same seeds.")
+
+
 def _paired_ratio(rq: dict, best: dict) -> dict:
     """RWKVQuant's Δppl against the best baseline's, per seed (a seedless baseline pairs with every seed): the
     difference always, the ratio (the goal's measure) only when the baseline loses perplexity on every seed."""
-    ref = dict.fromkeys(rq["seeds"], best["dppl"][0]) if len(best["dppl"]) == 1 else dict(zip(best["seeds"], best["dppl"]))
-    pairs = [(d, ref[s]) for s, d in zip(rq["seeds"], rq["dppl"]) if s in ref]
+    pairs = _seed_pairs(rq, best, "dppl")
     if not pairs:
-        raise EdgesmithError("RWKVQuant and the best baseline share no calibration seed.", "run both on the same seeds.")
+        raise _no_shared_seed()
     out = {"baseline": best["method"], "diff": interval([d - b for d, b in pairs])}
     if any(b <= 0 for _, b in pairs):
         return {**out, "status": "n/a",
@@ -91,10 +102,9 @@ def _paired_ratio(rq: dict, best: dict) -> dict:
 
 def _kl_ratio(rq: dict, best: dict) -> dict:
     """RWKVQuant's KL to fp32 over the best baseline's (lowest mean KL), paired by seed like ``_paired_ratio``."""
-    ref = dict.fromkeys(rq["seeds"], best["kl"][0]) if len(best["kl"]) == 1 else dict(zip(best["seeds"], best["kl"]))
-    ratios = [k / ref[s] for s, k in zip(rq["seeds"], rq["kl"]) if s in ref and ref[s] > 0]
+    ratios = [k / b for k, b in _seed_pairs(rq, best, "kl") if b > 0]
     if not ratios:
-        raise EdgesmithError("RWKVQuant and the best baseline share no calibration seed.", "run both on the same seeds.")
+        raise _no_shared_seed()
     return {"baseline": best["method"], **interval(ratios), "per_seed": ratios}
 
 
