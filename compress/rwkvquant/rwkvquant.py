@@ -9,10 +9,11 @@ vectors are treated alike by every method: kept fp (``quantize_vectors=False``) 
 ``vector_bits`` 1-D codebooks, plain (unweighted) k-means for the baselines and the
 importance-weighted codebook for RWKVQuant (its codebook optimisation is then the only
 difference). Calibration: Hessians H = 2/n sum x x^T of every linear's own input and the clipped
-E[x^2] of every token-shift difference, from one pass of the fp model over training-split windows
-(never the evaluation split; the producer hands only training text). The pass is not
-block-sequential (the released RWKVQuant code feeds each block the quantized previous blocks'
-outputs) but it is the same for every method, so all compare on equal Hessians.
+E[x^2] of every token-shift difference, over training-split windows (never the evaluation split; the
+producer hands only training text). By default from one pass of the fp model, the same for every
+method, so all compare on equal Hessians; with ``sequential=True`` block-sequentially, as the
+reference GPTQ and the released RWKVQuant code do: block i is calibrated on the outputs of blocks
+0..i-1 already quantized (their linears and vectors), so each method's Hessians see its own errors.
 
 Methods: ``rtn`` (group-wise SQ), ``gptq`` (SQ with Hessian feedback), ``gptvq`` (VQ for every
 matrix), ``rwkvquant`` (per matrix P_c/P_f -> GPTQ or GPTVQ by percentile thresholds, plus
@@ -24,7 +25,7 @@ about the same bits per weight as an SQ one (``vq_group_size=0``): the compariso
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -68,6 +69,9 @@ class RWKVQuantBase(PassConfig):
     ``vq_scale_block``: GPTVQ's blockwise data normalisation over runs of that many columns (0 = off; the
     paper's scripts: 32), its scales stored in ``vq_scale_bits`` bits on a log grid; with ``vq_group_size=0``
     the codebooks serve more weights so that VQ's overhead, scales included, still matches SQ's.
+    ``sequential``: block-sequential calibration (each block's Hessians and shift importances from the outputs
+    of the blocks before it, already quantized; the reference GPTQ's and released RWKVQuant's way); off, one
+    pass of the fp model serves every block (cheaper: L block passes instead of L(L+1)/2).
     """
 
     kind: ClassVar[str] = ""
@@ -93,6 +97,7 @@ class RWKVQuantBase(PassConfig):
     symmetric: bool = False
     vq_scale_block: int = 0
     vq_scale_bits: int = 4
+    sequential: bool = False
 
     def validate(self) -> None:
         ints = {"bits": (2, 8), "group_size": (8, 4096), "vq_dim": (1, 4), "vq_group_size": (0, 10**7),
@@ -111,7 +116,7 @@ class RWKVQuantBase(PassConfig):
             self._fail("proxy", f"is {self.proxy!r}", f"use one of {', '.join(PROXIES)}.")
         if not 0 < float(self.damp) < 1:
             self._fail("damp", f"is {self.damp!r}", "use a fraction such as 0.01.")
-        for name in ("quantize_vectors", "act_order", "static_groups", "symmetric"):
+        for name in ("quantize_vectors", "act_order", "static_groups", "symmetric", "sequential"):
             if not isinstance(getattr(self, name), bool):
                 self._fail(name, f"is {getattr(self, name)!r}", "use true or false.")
         if self.vq_scale_block % self.vq_dim:
@@ -196,30 +201,42 @@ def linear_modules(model: nn.Module) -> dict[str, nn.Module]:
 
 
 @torch.no_grad()
-def collect_calibration(model: nn.Module, tokens: np.ndarray, batch: int = 16):
-    """Input Hessians of every block linear and clipped shift importances, from the fp model."""
+def collect_calibration(model: nn.Module, tokens: np.ndarray, batch: int = 16, block: int | None = None):
+    """Input Hessians of every block linear and clipped shift importances, from the model as it is (the fp
+    model, or with ``block`` given: that block's only, the forward stopping once the block is done, so the
+    blocks before it contribute whatever they are, quantized or not)."""
     tokens = np.asarray(tokens)
     if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.number):
         raise EdgesmithError(f"calibration data has shape {tokens.shape}; expected (sequences, length) token ids.",
                              "pass windows of training text from the producer's calibration_data().")
+    prefix = "blocks." if block is None else f"blocks.{block}."
     H: dict[str, torch.Tensor] = {}
     n_rows: dict[str, int] = {}
     imp: dict[str, ShiftImportance] = {}
     hooks = []
     for name, mod in linear_modules(model).items():
+        if not name.startswith(prefix):
+            continue
+
         def pre(m, args, name=name):
             x = args[0].detach().reshape(-1, args[0].shape[-1]).to(torch.float64)
             H[name] = H.get(name, 0) + 2 * x.t() @ x
             n_rows[name] = n_rows.get(name, 0) + x.shape[0]
         hooks.append(mod.register_forward_pre_hook(pre))
     for i, blk in enumerate(model.blocks):
+        if block is not None and i != block:
+            continue
         for part in ("att", "ffn"):
             key = f"blocks.{i}.{part}"
             imp[key] = ShiftImportance()
             hooks.append(getattr(blk, part).shift_probe.register_forward_hook(
                 lambda m, a, out, key=key: imp[key].update(out)))
-    # the head (65,536 logits per token on a World-vocabulary model) is not calibrated: stop before it
-    hooks.append(model.ln_out.register_forward_pre_hook(_stop_before_head))
+    # the head (65,536 logits per token on a World-vocabulary model) is not calibrated: stop before it, or
+    # after the one block asked for
+    if block is None:
+        hooks.append(model.ln_out.register_forward_pre_hook(_stop_before_head))
+    else:
+        hooks.append(model.blocks[block].ffn.register_forward_hook(lambda m, a, out: _stop_before_head(m, a)))
     try:
         for i in range(0, len(tokens), batch):
             try:
@@ -235,7 +252,7 @@ def collect_calibration(model: nn.Module, tokens: np.ndarray, batch: int = 16):
 
 
 class _HeadReached(Exception):
-    """Raised at the output norm: calibration has seen every block linear of the batch."""
+    """Raised at the output norm (or after the block calibrated): calibration has seen every linear it needs."""
 
 
 def _stop_before_head(module, args):
@@ -322,62 +339,34 @@ def quantize_rwkv(model: nn.Module, calibration: np.ndarray, config: RWKVQuantBa
                   cache: dict | None = None, inplace: bool = False):
     """A quantized copy of ``model`` (RWKV6/RWKV7) and the PassReport describing every decision.
 
-    Calibration is one pass of the fp model (not block-sequential) for every method alike, so a
-    matrix's Hessian does not depend on the method and ``cache`` (a dict shared by calls on the same
-    model and calibration data, e.g. a table's runs) can reuse per-matrix results. ``inplace=True``
-    quantizes ``model`` itself (no copy: one fp32 model less in memory, for large checkpoints).
+    By default calibration is one pass of the fp model for every method alike, so a matrix's Hessian does
+    not depend on the method and ``cache`` (a dict shared by calls on the same model and calibration data,
+    e.g. a table's runs) can reuse per-matrix results. With ``config.sequential`` each block is calibrated
+    on the quantized blocks before it and quantized (linears, then vectors) before the next is calibrated;
+    its Hessians then depend on the method, so ``cache`` is not used. ``inplace=True`` quantizes ``model``
+    itself (no copy: one fp32 model less in memory, for large checkpoints).
     """
     if not hasattr(model, "cfg") or getattr(model.cfg, "version", None) not in (6, 7):
         raise EdgesmithError(f"RWKV quantization got a {type(model).__name__}, not an RWKV-6/7 model.",
                              "load the model with models.rwkv.load_rwkv or an rwkv producer.")
     model = (model if inplace else copy.deepcopy(model)).eval()
-    version = model.cfg.version
     calib = np.asarray(calibration)[: config.n_calibration]
-    H, importance = collect_calibration(model, calib)
     # no copies: the quantizers never write into w, and each matrix (and its Hessian) is let go once replaced
     weights = {n: m.weight.detach() for n, m in linear_modules(model).items()}
+    # the decision reads the weights only, so it is the same whichever way calibration goes
     choice, why, proxy_info = choose_methods(weights, config)
-    layers, n_weights, n_bits = [], 0, 0
-    for name in list(weights):
-        w = weights.pop(name)
-        q, label = quantize_matrix(name, w, H[name], choice[name], config, cache)
-        deq = q.dequantize()
-        _set_module(model, name, QuantLinear(q, w.shape[1], w.shape[0]))
-        n_weights += q.n_weights
-        n_bits += q.storage_bits()
-        err = {"weight_sqnr_db": round(sqnr_db(w, deq), 3), "hessian_rel_error": hessian_error(w, deq, H.pop(name))}
-        if proxy_info.get("values"):
-            err.update({k: round(v, 4) for k, v in proxy_info["values"][name].items()})
-        layers.append(LayerReport(name, f"quantized-{choice[name].upper()}", q.storage_bits() / q.n_weights,
-                                  q.n_weights, err, f"{label}; {why[name]}"))
-        if log:
-            log(f"{name}: {label} {q.storage_bits() / q.n_weights:.3f} bpw, H-err {err['hessian_rel_error']:.4f}")
-    vec_bits = vec_n = 0
-    vectors: dict[str, VecCodebook] = {}
-    if config.quantize_vectors:  # every method, so the table compares like with like
-        weighted = config.method == "rwkvquant"
-        for i, blk in enumerate(model.blocks):
-            for part, names in SHIFT_VECTORS[version].items():
-                imp = importance[f"blocks.{i}.{part}"]
-                for vname in names:
-                    p = getattr(getattr(blk, part), vname)
-                    full = f"blocks.{i}.{part}.{vname}"
-                    mine = optimise_codebook(p.detach(), imp if weighted else None, config.vector_bits)
-                    other = optimise_codebook(p.detach(), None if weighted else imp, config.vector_bits)
-                    deq = mine.dequantize()
-                    w_err = weighted_error(p.detach(), deq, imp)
-                    o_err = weighted_error(p.detach(), other.dequantize(), imp)
-                    err = ({"weighted_error": w_err, "unweighted_kmeans_weighted_error": o_err} if weighted
-                           else {"weighted_error": w_err, "rwkvquant_codebook_weighted_error": o_err})
-                    with torch.no_grad():
-                        p.copy_(deq)
-                    vectors[full] = mine
-                    vec_bits += mine.storage_bits()
-                    vec_n += mine.n_weights
-                    how = ("codebook weighted by clipped E[x^2] of the token shift (RWKVQuant)" if weighted
-                           else "plain k-means codebook (the baselines' scheme for the vectors)")
-                    layers.append(LayerReport(full, "codebook", mine.storage_bits() / mine.n_weights, mine.n_weights,
-                                              err, f"{config.vector_bits}-bit {how}"))
+    state = _Tally()
+    if config.sequential:
+        for i in range(len(model.blocks)):
+            H, importance = collect_calibration(model, calib, block=i)
+            _quantize_linears(model, weights, [n for n in list(weights) if n.startswith(f"blocks.{i}.")], H,
+                              choice, why, proxy_info, config, None, state, log)
+            _quantize_vectors(model, [i], importance, config, state)
+    else:
+        H, importance = collect_calibration(model, calib)
+        _quantize_linears(model, weights, list(weights), H, choice, why, proxy_info, config, cache, state, log)
+        _quantize_vectors(model, range(len(model.blocks)), importance, config, state)
+    vectors, n_bits, n_weights, vec_bits, vec_n = state.vectors, state.n_bits, state.n_weights, state.vec_bits, state.vec_n
     model.quant_vectors = vectors  # what qcheckpoint saves for the vectors
     model.quant_config = config.to_dict()
     n_vq = sum(1 for c in choice.values() if c == "vq")
@@ -385,12 +374,74 @@ def quantize_rwkv(model: nn.Module, calibration: np.ndarray, config: RWKVQuantBa
              "linear_weights": n_weights, "n_sq": len(choice) - n_vq, "n_vq": n_vq,
              "vector_weights": vec_n, "vector_bits_per_weight": (vec_bits / vec_n) if vec_n else None,
              "decision": {k: v for k, v in proxy_info.items() if k != "values"},
+             "calibration": "block-sequential" if config.sequential else "one fp pass",
              "calibration_sequences": int(len(calib)), "calibration_tokens": int(calib.size)}
     notes = ["kept in high precision: embedding, head, layer norms, LoRA matrices, decay/bonus parameters"
              + ("" if vectors else ", multiplication vectors")]
     report = PassReport(config.to_dict(), "torch", "torch", 0, 0, bits_per_weight=n_bits / max(n_weights, 1),
-                        layers=layers, notes=notes, extra=extra)
+                        layers=state.layers, notes=notes, extra=extra)
     return model, report
+
+
+@dataclass
+class _Tally:
+    """What quantizing the model's parts adds up: per-layer reports, bits and weights, the vector codebooks."""
+    layers: list = field(default_factory=list)
+    n_weights: int = 0
+    n_bits: int = 0
+    vec_bits: int = 0
+    vec_n: int = 0
+    vectors: dict = field(default_factory=dict)
+
+
+def _quantize_linears(model, weights: dict, names: list[str], H: dict, choice: dict, why: dict, proxy_info: dict,
+                      config: RWKVQuantBase, cache: dict | None, state: _Tally, log) -> None:
+    """Replace the linears ``names`` by QuantLinear modules, adding their reports and bits to ``state``."""
+    for name in names:
+        w = weights.pop(name)
+        q, label = quantize_matrix(name, w, H[name], choice[name], config, cache)
+        deq = q.dequantize()
+        _set_module(model, name, QuantLinear(q, w.shape[1], w.shape[0]))
+        state.n_weights += q.n_weights
+        state.n_bits += q.storage_bits()
+        err = {"weight_sqnr_db": round(sqnr_db(w, deq), 3), "hessian_rel_error": hessian_error(w, deq, H.pop(name))}
+        if proxy_info.get("values"):
+            err.update({k: round(v, 4) for k, v in proxy_info["values"][name].items()})
+        state.layers.append(LayerReport(name, f"quantized-{choice[name].upper()}", q.storage_bits() / q.n_weights,
+                                           q.n_weights, err, f"{label}; {why[name]}"))
+        if log:
+            log(f"{name}: {label} {q.storage_bits() / q.n_weights:.3f} bpw, H-err {err['hessian_rel_error']:.4f}")
+
+
+def _quantize_vectors(model, blocks, importance: dict, config: RWKVQuantBase, state: _Tally) -> None:
+    """Codebook-quantize the multiplication vectors of ``blocks`` in place (every method, so the table compares
+    like with like: weighted codebooks for RWKVQuant, plain k-means for the baselines)."""
+    if not config.quantize_vectors:
+        return
+    weighted = config.method == "rwkvquant"
+    for i in blocks:
+        blk = model.blocks[i]
+        for part, names in SHIFT_VECTORS[model.cfg.version].items():
+            imp = importance[f"blocks.{i}.{part}"]
+            for vname in names:
+                p = getattr(getattr(blk, part), vname)
+                full = f"blocks.{i}.{part}.{vname}"
+                mine = optimise_codebook(p.detach(), imp if weighted else None, config.vector_bits)
+                other = optimise_codebook(p.detach(), None if weighted else imp, config.vector_bits)
+                deq = mine.dequantize()
+                w_err = weighted_error(p.detach(), deq, imp)
+                o_err = weighted_error(p.detach(), other.dequantize(), imp)
+                err = ({"weighted_error": w_err, "unweighted_kmeans_weighted_error": o_err} if weighted
+                       else {"weighted_error": w_err, "rwkvquant_codebook_weighted_error": o_err})
+                with torch.no_grad():
+                    p.copy_(deq)
+                state.vectors[full] = mine
+                state.vec_bits += mine.storage_bits()
+                state.vec_n += mine.n_weights
+                how = ("codebook weighted by clipped E[x^2] of the token shift (RWKVQuant)" if weighted
+                       else "plain k-means codebook (the baselines' scheme for the vectors)")
+                state.layers.append(LayerReport(full, "codebook", mine.storage_bits() / mine.n_weights,
+                                                   mine.n_weights, err, f"{config.vector_bits}-bit {how}"))
 
 
 @register_pass(RTNConfig)

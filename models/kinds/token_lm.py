@@ -25,6 +25,8 @@ class TokenLmOptions(KindOptions):
     symmetric: bool = option(False, "symmetric scalar grids (no zero points stored; faster MatMulNBits on CPU)")
     vq_scale_block: int = option(0, "GPTVQ's blockwise data normalisation of every VQ matrix (GPTVQ's and "
                                     "RWKVQuant's): columns per 4-bit scale (0 = off; the paper's scripts: 32)")
+    sequential: bool = option(False, "block-sequential calibration for the calibrated quantizers: each block's "
+                                     "Hessians from the quantized blocks before it (reference GPTQ's way)")
 
     def validate(self) -> None:
         methods, bits = tuple(self.methods), tuple(self.bits)
@@ -41,7 +43,7 @@ class TokenLmOptions(KindOptions):
         b = self.vq_scale_block
         if isinstance(b, bool) or not isinstance(b, int) or b < 0 or b % 2 or b > 4096:
             self._fail("vq_scale_block", f"is {b!r}", "use an even number of columns up to 4096, e.g. 32, or 0 (off).")
-        for name in ("quantize_vectors", "symmetric"):
+        for name in ("quantize_vectors", "symmetric", "sequential"):
             if not isinstance(getattr(self, name), bool):
                 self._fail(name, f"is {getattr(self, name)!r}", "use true or false.")
 

@@ -145,3 +145,14 @@ def test_vq_normalisation_is_a_token_lm_option_named_only_on_the_methods_with_vq
     with pytest.raises(EdgesmithError, match="vq_scale_block"):
         get_target("host-cpu").plan(SimpleNamespace(name="m", kind="token-lm", native_format="torch"),
                                     PlanOptions(options={"vq_scale_block": 31}))
+
+
+def test_sequential_calibration_is_a_token_lm_option_named_only_on_the_calibrated_methods():
+    plan = _by_name(get_target("host-cpu").plan(SimpleNamespace(name="m", kind="token-lm", native_format="torch"),
+                                                PlanOptions(options={"methods": ["rwkv-rtn", "rwkv-gptq", "rwkvquant"],
+                                                                     "bits": [3], "sequential": True})))
+    assert list(plan) == ["fp32", "rtn-3bit", "gptq-3bit-seq", "rwkvquant-3bit-seq"]
+    assert all(plan[n].passes[0].sequential for n in list(plan)[1:])
+    with pytest.raises(EdgesmithError, match="sequential"):
+        get_target("host-cpu").plan(SimpleNamespace(name="m", kind="token-lm", native_format="torch"),
+                                    PlanOptions(options={"sequential": "yes"}))
