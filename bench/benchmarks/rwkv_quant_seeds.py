@@ -24,6 +24,15 @@ cell's saved checkpoint (the weights its step graph runs) is also scored by the 
 KL(fp32 || quantized) of the next-byte distributions on the same evaluation windows, in torch. It is never
 negative; the table gives it per method with its interval, and RWKVQuant's KL over the best baseline's (by KL),
 paired by seed, beside the perplexity goal (which stays the goal).
+
+Why the perplexity increase is so noisy here (``nll_parity``): the fp32 model is not at the minimum of the
+evaluation text's loss, so a weight error D changes the evaluation NLL by g.D (first order, either sign) plus
+D'HD/2 (second order, a cost whatever the sign). At 4 bits the first-order term is as large as the whole
+increase. Scoring the mirrored model too (every quantized parameter reflected through its fp32 value, w - D: an
+evaluation device, not a quantized model) splits the measured increase exactly into its even part
+(NLL(w+D) + NLL(w-D))/2 - NLL(w), the cost of the error's size, and its odd part (NLL(w+D) - NLL(w-D))/2, which
+flips with the error's sign. The table gives the even part as a perplexity increase beside the measured one, and
+RWKVQuant's even part over the best baseline's (by even part), paired by seed; the goal stays the measured one.
 """
 from __future__ import annotations
 
@@ -69,7 +78,7 @@ def _quant_cell(report: dict) -> dict:
             "ppl": res["evaluation"]["value"], "bpw": quant["bits_per_weight"], "seconds": quant["seconds"],
             "n_sq": quant["extra"]["n_sq"], "n_vq": quant["extra"]["n_vq"], "size_bytes": quant["size_after_bytes"],
             "percentile": cfg["sq_percentile"], "vq_scale_block": cfg.get("vq_scale_block", 0),
-            "kl": report.get("kl_to_fp32")}
+            "kl": report.get("kl_to_fp32"), "parity": report.get("nll_parity")}
 
 
 def _seed_pairs(rq: dict, best: dict, field: str) -> list[tuple[float, float]]:
@@ -100,9 +109,10 @@ def _paired_ratio(rq: dict, best: dict) -> dict:
     return {**out, **r, "per_seed": ratios, "status": status}
 
 
-def _kl_ratio(rq: dict, best: dict) -> dict:
-    """RWKVQuant's KL to fp32 over the best baseline's (lowest mean KL), paired by seed like ``_paired_ratio``."""
-    ratios = [k / b for k, b in _seed_pairs(rq, best, "kl") if b > 0]
+def _field_ratio(rq: dict, best: dict, field: str = "kl") -> dict:
+    """RWKVQuant's ``field`` (KL to fp32, or the even part of the increase) over the best baseline's (lowest mean
+    of that field), paired by seed like ``_paired_ratio``."""
+    ratios = [k / b for k, b in _seed_pairs(rq, best, field) if b > 0]
     if not ratios:
         raise _no_shared_seed()
     return {"baseline": best["method"], **interval(ratios), "per_seed": ratios}
@@ -125,18 +135,64 @@ def token_kl(reference, model, windows: np.ndarray, batch: int = 16) -> float:
 
 
 KL_FILE = "kl_to_fp32.json"  # beside a cell's deploy: a cell's folder is keyed by its content, so this never goes stale
+PARITY_FILE = "nll_parity.json"
 
 
-def kl_to_fp32(sweep_dir: Path, keys: list[str], reports: list[dict], log=print) -> None:
-    """Add ``kl_to_fp32`` to every quantized cell's report (``token_kl`` of the fp32 reference model and the
-    checkpoint the cell saved, on the producer's evaluation windows), kept in the cell's folder so a table is
-    re-made without recomputing it; fp32 cells are left as they are."""
+def token_nll(model, windows: np.ndarray, batch: int = 16) -> float:
+    """Mean NLL in nats of every next byte of the windows (the perplexity's log), torch, from the zero state."""
+    import torch
+
+    total, n = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, len(windows), batch):
+            x = torch.from_numpy(np.ascontiguousarray(windows[i:i + batch]))
+            lp = torch.log_softmax(model(x[:, :-1])[0].double(), -1)
+            total -= float(lp.gather(-1, x[:, 1:, None]).sum())
+            n += x[:, 1:].numel()
+    return total / n
+
+
+def mirrored(reference, quantized):
+    """A copy of ``reference`` with every parameter the quantizer changed reflected through its reference value
+    (w - D where the quantized model has w + D): the block linears (dequantized) and any other parameter."""
+    import copy
+
+    import torch
+
+    from edgesmith.compress.rwkvquant.rwkvquant import linear_modules
+
+    out = copy.deepcopy(reference).eval()
+    quantized_values = {f"{n}.weight": m.weight for n, m in linear_modules(quantized).items()}  # dequantized
+    for name, param in quantized.named_parameters():
+        quantized_values.setdefault(name, param)
+    ref = dict(reference.named_parameters())
+    with torch.no_grad():
+        for name, param in out.named_parameters():
+            q = quantized_values.get(name)
+            if q is not None and q.shape == param.shape:
+                param.copy_(2 * ref[name] - q.to(param.dtype))
+    return out
+
+
+def nll_parity(reference, quantized, windows: np.ndarray, base_nll: float | None = None) -> dict:
+    """The quantized model's NLL increase on ``windows`` split exactly into the part even in its weight error
+    (the same for w+D and w-D: curvature, D'HD/2 to second order) and the odd part (g.D to first order)."""
+    base = token_nll(reference, windows) if base_nll is None else base_nll
+    plus, minus = token_nll(quantized, windows), token_nll(mirrored(reference, quantized), windows)
+    return {"nll_fp32": base, "nll_quantized": plus, "nll_mirrored": minus,
+            "even": (plus + minus) / 2 - base, "odd": (plus - minus) / 2}
+
+
+def _score_cells(sweep_dir: Path, keys: list[str], reports: list[dict], file: str, score, log) -> None:
+    """For every quantized cell: ``score(ref, windows, quantized, cache)`` -> a dict, kept in the cell's folder as
+    ``file`` (read back without a model next time) and added to its report under the file's stem."""
     import json
 
     from edgesmith.common import atomic_path
     from edgesmith.compress.rwkvquant import load_quantized
     from edgesmith.models import get_producer
 
+    field = Path(file).stem
     refs: dict = {}
     for key, report in zip(keys, reports):
         cell = Path(sweep_dir) / "cells" / key
@@ -145,19 +201,53 @@ def kl_to_fp32(sweep_dir: Path, keys: list[str], reports: list[dict], log=print)
             continue
         if len(found) > 1:
             raise EdgesmithError(f"cell {key} holds {len(found)} quantized checkpoints.", "run one variant per cell.")
-        if (cell / KL_FILE).exists():
-            report["kl_to_fp32"] = json.loads((cell / KL_FILE).read_text())["kl_nats_per_byte"]
+        if (cell / file).exists():
+            report[field] = json.loads((cell / file).read_text())
             continue
         if report["model"] not in refs:
             producer = get_producer(report["model"], size="large").build()
-            refs[report["model"]] = (producer.module_.eval(), producer.eval_windows())
-        ref, windows = refs[report["model"]]
-        report["kl_to_fp32"] = token_kl(ref, load_quantized(found[0]).eval(), windows)
-        with atomic_path(cell / KL_FILE, force=True) as tmp:
-            tmp.write_text(json.dumps({"kl_nats_per_byte": report["kl_to_fp32"], "windows": list(windows.shape),
-                                       "checkpoint": found[0].name}))
+            refs[report["model"]] = (producer.module_.eval(), producer.eval_windows(), {})
+        ref, windows, cache = refs[report["model"]]
+        report[field] = {**score(ref, windows, load_quantized(found[0]).eval(), cache),
+                         "windows": list(windows.shape), "checkpoint": found[0].name}
+        with atomic_path(cell / file, force=True) as tmp:
+            tmp.write_text(json.dumps(report[field]))
         if log:
-            log(f"[kl] {report['model']} seed {report['seed']} {found[0].parent.name}: {report['kl_to_fp32']:.6f} nats")
+            log(f"[{field}] {report['model']} seed {report['seed']} {found[0].parent.name}: "
+                + ", ".join(f"{k} {v:.6f}" for k, v in report[field].items() if isinstance(v, float)))
+
+
+def kl_to_fp32(sweep_dir: Path, keys: list[str], reports: list[dict], log=print) -> None:
+    """Add ``kl_to_fp32`` to every quantized cell's report (``token_kl`` of the fp32 reference model and the
+    checkpoint the cell saved, on the producer's evaluation windows), kept in the cell's folder so a table is
+    re-made without recomputing it; fp32 cells are left as they are."""
+    _score_cells(sweep_dir, keys, reports, KL_FILE,
+                 lambda ref, windows, q, cache: {"kl_nats_per_byte": token_kl(ref, q, windows)}, log)
+    for report in reports:
+        if isinstance(report.get("kl_to_fp32"), dict):
+            report["kl_to_fp32"] = report["kl_to_fp32"]["kl_nats_per_byte"]
+
+
+def parity_of_cells(sweep_dir: Path, keys: list[str], reports: list[dict], log=print) -> None:
+    """Add ``nll_parity`` (``nll_parity`` of the cell's checkpoint on the evaluation windows) to every quantized
+    cell's report, kept in the cell's folder like the KL."""
+    def score(ref, windows, q, cache):
+        if "nll" not in cache:
+            cache["nll"] = token_nll(ref, windows)
+        return nll_parity(ref, q, windows, cache["nll"])
+
+    _score_cells(sweep_dir, keys, reports, PARITY_FILE, score, log)
+
+
+def _parity_columns(parities: list[dict]) -> dict:
+    """Per seed, in perplexity units on torch's own fp32 perplexity: the increase torch measures, its even part
+    exp(nll + even) - exp(nll) and the rest (odd part), with intervals."""
+    ppl = [math.exp(p["nll_fp32"]) for p in parities]
+    measured = [math.exp(p["nll_quantized"]) - f for p, f in zip(parities, ppl)]
+    even = [math.exp(p["nll_fp32"] + p["even"]) - f for p, f in zip(parities, ppl)]
+    odd = [m - e for m, e in zip(measured, even)]
+    return {"torch_dppl": measured, "even": even, "odd": odd, "torch_dppl_stats": interval(measured),
+            "even_stats": interval(even), "odd_stats": interval(odd)}
 
 
 def seed_table(reports: list[dict]) -> list[dict]:
@@ -195,6 +285,8 @@ def seed_table(reports: list[dict]) -> list[dict]:
                        "vq_scale_block": cs[0]["vq_scale_block"]}
                 if all(c["kl"] is not None for c in cs):
                     row.update(kl=[c["kl"] for c in cs], kl_stats=interval([c["kl"] for c in cs]))
+                if all(c["parity"] is not None for c in cs):
+                    row.update(_parity_columns([c["parity"] for c in cs]))
                 rows.append(row)
                 by_method[method] = row
             base = [by_method[m] for m in BASELINES if m in by_method]
@@ -202,7 +294,10 @@ def seed_table(reports: list[dict]) -> list[dict]:
                 best = min(base, key=lambda r: r["dppl_stats"]["mean"])
                 goal = {"bits": bits, **_paired_ratio(by_method["rwkvquant"], best)}
                 if all("kl" in r for r in (*base, by_method["rwkvquant"])):
-                    goal["kl"] = _kl_ratio(by_method["rwkvquant"], min(base, key=lambda r: r["kl_stats"]["mean"]))
+                    goal["kl"] = _field_ratio(by_method["rwkvquant"], min(base, key=lambda r: r["kl_stats"]["mean"]))
+                if all("even" in r for r in (*base, by_method["rwkvquant"])):
+                    goal["even"] = _field_ratio(by_method["rwkvquant"],
+                                                min(base, key=lambda r: r["even_stats"]["mean"]), "even")
                 goals.append(goal)
         results.append({"model": name, "fp32_ppl": fp, "eval_tokens": fps[0]["n_tokens"],
                         "fp32_size_bytes": fps[0]["size_bytes"], "rows": rows, "goals": goals})
@@ -316,6 +411,7 @@ def run_seeds(recipe: Path, sweep_dir: Path, *, models=None, workers: int | None
     sweep = require_done(run_sweep(recipe, sweep_dir, workers=workers, ray=ray, log=log, select=select), sweep_dir)
     reports = [cell_report(sweep_dir, c["key"]) for c in sweep["cells"]]
     kl_to_fp32(sweep_dir, [c["key"] for c in sweep["cells"]], reports, log=log)
+    parity_of_cells(sweep_dir, [c["key"] for c in sweep["cells"]], reports, log=log)
     return seed_table(reports), sweep["run"], decision_costs(reports)
 
 
@@ -370,8 +466,29 @@ def markdown(results: list[dict]) -> str:
                 k = g["kl"]
                 lines.append(f"  - fidelity: RWKVQuant's KL to fp32 / best baseline's ({k['baseline']}) = {k['mean']:.2f} "
                              f"± {k['ci95']:.2f} (per seed {', '.join(f'{x:.2f}' for x in k['per_seed'])})")
+            if g.get("even"):
+                k = g["even"]
+                lines.append(f"  - even part of the increase: RWKVQuant's / best baseline's ({k['baseline']}) = "
+                             f"{k['mean']:.2f} ± {k['ci95']:.2f} (per seed {', '.join(f'{x:.2f}' for x in k['per_seed'])})")
         lines.append("")
+        lines += _parity_lines(res)
     return "\n".join(lines)
+
+
+def _parity_lines(res: dict) -> list[str]:
+    rows = [r for r in res["rows"] if "even_stats" in r]
+    if not rows:
+        return []
+    lines = ["The increase split by the sign of the weight error (torch, evaluation windows; `nll_parity`): even = "
+             "(increase of w+D + increase of the mirrored w-D) / 2, the cost of the error's size; odd = the rest, "
+             "which flips with the error's sign.", "",
+             "| method | bits | Δ in torch (mean ± 95% CI) | even part | odd part | even per seed | odd per seed |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['method']} | {r['bits']} | {_pm(r['torch_dppl_stats'], '+')} | {_pm(r['even_stats'], '+')} "
+                     f"| {_pm(r['odd_stats'], '+')} | {', '.join(f'{x:+.4f}' for x in r['even'])} "
+                     f"| {', '.join(f'{x:+.4f}' for x in r['odd'])} |")
+    return [*lines, ""]
 
 
 def plot(results: list[dict]):

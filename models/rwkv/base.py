@@ -203,7 +203,7 @@ class RWKVModel(nn.Module):
 
     def zero_state(self, batch: int) -> RWKVState:
         """The state before the first token: zeros, with the trained initial wkv state where there is one."""
-        st = zero_state(self.cfg, batch, device=self.emb.weight.device)
+        st = zero_state(self.cfg, batch, device=self.emb.weight.device, dtype=self.emb.weight.dtype)
         if self.init_wkv is not None:
             st = RWKVState(st.att_x, st.ffn_x, self.init_wkv[:, None].to(st.wkv).expand_as(st.wkv).clone())
         return st

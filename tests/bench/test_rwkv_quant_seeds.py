@@ -229,3 +229,112 @@ def test_the_plot_has_a_kl_panel_when_the_rows_have_kl():
             r["kl_to_fp32"] = 0.001
     (res,) = seed_table(reports)
     assert len(plot([res]).axes) == 2
+
+
+def _tiny_rwkv():
+    import torch
+
+    from edgesmith.models.rwkv.base import RWKVConfig
+    from edgesmith.models.rwkv.checkpoint import build_model
+
+    torch.manual_seed(0)
+    m = build_model(RWKVConfig(version=7, n_layer=2, n_embd=64, head_size=16)).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return m
+
+
+def _perturbed(m, t: float):
+    import copy
+
+    import torch
+
+    from edgesmith.compress.rwkvquant.rwkvquant import linear_modules
+
+    out = copy.deepcopy(m)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for mod in linear_modules(out).values():
+            mod.weight.add_(t * torch.randn(mod.weight.shape, generator=g))
+        out.blocks[0].att.x_r.add_(t * torch.randn(out.blocks[0].att.x_r.shape, generator=g))
+    return out
+
+
+def test_nll_parity_splits_the_increase_into_a_quadratic_even_part_and_a_linear_odd_part():
+    import numpy as np
+    import torch
+
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import mirrored, nll_parity, token_nll
+
+    torch.set_default_dtype(torch.float64)  # the finite-difference ratios need more than fp32's digits
+    try:
+        m = _tiny_rwkv().double()
+        windows = np.random.default_rng(3).integers(0, 256, size=(4, 33))
+        small, large = (nll_parity(m, _perturbed(m, t), windows) for t in (1e-4, 2e-4))
+        # even part ~ D'HD/2: doubling the error quadruples it; odd part ~ g.D: doubling doubles it
+        assert large["even"] / small["even"] == pytest.approx(4, rel=0.02)
+        assert large["odd"] / small["odd"] == pytest.approx(2, rel=0.02)
+        assert small["even"] + small["odd"] == pytest.approx(small["nll_quantized"] - small["nll_fp32"], abs=1e-15)
+        q = _perturbed(m, 1e-2)
+        mir = mirrored(m, q)
+        # every changed parameter reflected: block linears and the mixing vector alike
+        torch.testing.assert_close(mir.blocks[0].att.x_r - m.blocks[0].att.x_r, m.blocks[0].att.x_r - q.blocks[0].att.x_r)
+        torch.testing.assert_close(mir.blocks[1].ffn.key.weight - m.blocks[1].ffn.key.weight,
+                                   m.blocks[1].ffn.key.weight - q.blocks[1].ffn.key.weight)
+        torch.testing.assert_close(mir.emb.weight, m.emb.weight)
+        # the mirror of the mirror is the quantized model: the odd part flips, the even part stays
+        back = nll_parity(m, mir, windows)
+        there = nll_parity(m, q, windows)
+        assert back["odd"] == pytest.approx(-there["odd"], rel=1e-9) and back["even"] == pytest.approx(there["even"], rel=1e-9)
+        assert token_nll(m, windows) == pytest.approx(there["nll_fp32"])
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+def _with_parity(reports, even):
+    import math
+
+    for r in reports:
+        if r["variants"][0]["pass_reports"]:
+            kind = r["variants"][0]["pass_reports"][0]["config"]["kind"].removeprefix("rwkv-")
+            e = even[(kind, r["seed"])]
+            r["nll_parity"] = {"nll_fp32": 1.0, "nll_quantized": 1.0 + e + 0.001, "nll_mirrored": 1.0 + e - 0.001,
+                               "even": e, "odd": 0.001}
+    return reports
+
+
+def test_the_table_splits_each_increase_and_pairs_rwkvquants_even_part_by_seed():
+    import math
+
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import markdown, seed_table
+
+    even = {("rtn", 0): 0.004, ("gptq", 0): 0.002, ("gptq", 1): 0.004, ("gptq", 2): 0.002,
+            ("rwkvquant", 0): 0.001, ("rwkvquant", 1): 0.001, ("rwkvquant", 2): 0.002}
+    (res,) = seed_table(_with_parity(_reports(), even))
+    rows = {r["method"]: r for r in res["rows"]}
+    e = math.e
+    assert rows["gptq"]["even"] == pytest.approx([e * (math.exp(0.002) - 1), e * (math.exp(0.004) - 1),
+                                                  e * (math.exp(0.002) - 1)])
+    # the odd part is what the even part leaves of torch's measured increase
+    assert rows["gptq"]["odd"][0] == pytest.approx(e * (math.exp(0.003) - 1) - e * (math.exp(0.002) - 1))
+    g = res["goals"][0]["even"]
+    assert g["baseline"] == "gptq" and g["per_seed"] == pytest.approx([0.5, 0.25, 1.0], rel=3e-3)
+    md = markdown([res])
+    assert "even part of the increase: RWKVQuant's / best baseline's (gptq) = 0.58" in md
+    assert "| gptq | 3 | +0.0100 ± " in md and "| odd part |" in md
+
+
+def test_parity_is_kept_in_the_cell_folder_and_read_back_without_a_model(tmp_path):
+    import json
+
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import PARITY_FILE, parity_of_cells
+
+    ckpt = tmp_path / "cells" / "k1" / "deploy" / "artifacts" / "gptq-3bit"
+    ckpt.mkdir(parents=True)
+    (ckpt / "model.quantized.pth").write_bytes(b"")  # never loaded: the kept figures answer
+    kept = {"nll_fp32": 1.0, "nll_quantized": 1.01, "nll_mirrored": 1.004, "even": 0.007, "odd": 0.003}
+    (tmp_path / "cells" / "k1" / PARITY_FILE).write_text(json.dumps(kept))
+    reports = [{"model": "no-such-model", "seed": 0}]
+    parity_of_cells(tmp_path, ["k1"], reports, log=None)
+    assert reports[0]["nll_parity"] == kept
