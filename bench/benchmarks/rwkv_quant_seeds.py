@@ -447,8 +447,7 @@ def markdown(results: list[dict]) -> str:
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for r in res["rows"]:
             layers = ", ".join(sorted({f"{s}/{v}" for s, v in zip(r["n_sq"], r["n_vq"])}))
-            label = r["method"] + (f" (VQ normalised per {r['vq_scale_block']})" if r.get("vq_scale_block") else "")
-            lines.append(f"| {label} | {r['bits']} | {r['bpw']:.3f} | {len(r['seeds'])} | {_pm(r['ppl_stats'])} "
+            lines.append(f"| {_label(r)} | {r['bits']} | {r['bpw']:.3f} | {len(r['seeds'])} | {_pm(r['ppl_stats'])} "
                          f"| {_pm(r['dppl_stats'], '+')} | {', '.join(f'{d:+.4f}' for d in r['dppl'])} "
                          f"| {_kl(r)} | {layers} | {r['seconds']:.0f} |")
         lines.append("")
@@ -475,6 +474,10 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _label(row: dict) -> str:
+    return row["method"] + (f" (VQ normalised per {row['vq_scale_block']})" if row.get("vq_scale_block") else "")
+
+
 def _parity_lines(res: dict) -> list[str]:
     rows = [r for r in res["rows"] if "even_stats" in r]
     if not rows:
@@ -485,14 +488,15 @@ def _parity_lines(res: dict) -> list[str]:
              "| method | bits | Δ in torch (mean ± 95% CI) | even part | odd part | even per seed | odd per seed |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['method']} | {r['bits']} | {_pm(r['torch_dppl_stats'], '+')} | {_pm(r['even_stats'], '+')} "
+        lines.append(f"| {_label(r)} | {r['bits']} | {_pm(r['torch_dppl_stats'], '+')} | {_pm(r['even_stats'], '+')} "
                      f"| {_pm(r['odd_stats'], '+')} | {', '.join(f'{x:+.4f}' for x in r['even'])} "
                      f"| {', '.join(f'{x:+.4f}' for x in r['odd'])} |")
     return [*lines, ""]
 
 
 def plot(results: list[dict]):
-    """Perplexity increase against bpw per model, and below it the KL to fp32 when the rows have it."""
+    """Perplexity increase against bpw per model, and below it the KL to fp32 and the even part of the increase
+    when the rows have them."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -501,6 +505,8 @@ def plot(results: list[dict]):
     panels = [("dppl_stats", 1, "perplexity increase over fp32")]
     if any("kl_stats" in r for res in results for r in res["rows"]):
         panels.append(("kl_stats", 1e3, "KL to fp32 (1e-3 nats per byte)"))
+    if any("even_stats" in r for res in results for r in res["rows"]):
+        panels.append(("even_stats", 1, "even part of the increase"))
     fig, axes = plt.subplots(len(panels), len(results), figsize=(5 * len(results), 4 * len(panels)), squeeze=False)
     for col, res in enumerate(results):
         for row, (key, scale, label) in enumerate(panels):

@@ -307,7 +307,7 @@ def _with_parity(reports, even):
 def test_the_table_splits_each_increase_and_pairs_rwkvquants_even_part_by_seed():
     import math
 
-    from edgesmith.bench.benchmarks.rwkv_quant_seeds import markdown, seed_table
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import markdown, plot, seed_table
 
     even = {("rtn", 0): 0.004, ("gptq", 0): 0.002, ("gptq", 1): 0.004, ("gptq", 2): 0.002,
             ("rwkvquant", 0): 0.001, ("rwkvquant", 1): 0.001, ("rwkvquant", 2): 0.002}
@@ -323,6 +323,7 @@ def test_the_table_splits_each_increase_and_pairs_rwkvquants_even_part_by_seed()
     md = markdown([res])
     assert "even part of the increase: RWKVQuant's / best baseline's (gptq) = 0.58" in md
     assert "| gptq | 3 | +0.0100 ± " in md and "| odd part |" in md
+    assert len(plot([res]).axes) == 2  # perplexity and the even part (no KL in these reports)
 
 
 def test_parity_is_kept_in_the_cell_folder_and_read_back_without_a_model(tmp_path):
