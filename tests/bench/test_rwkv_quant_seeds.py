@@ -231,20 +231,6 @@ def test_the_plot_has_a_kl_panel_when_the_rows_have_kl():
     assert len(plot([res]).axes) == 2
 
 
-def _tiny_rwkv():
-    import torch
-
-    from edgesmith.models.rwkv.base import RWKVConfig
-    from edgesmith.models.rwkv.checkpoint import build_model
-
-    torch.manual_seed(0)
-    m = build_model(RWKVConfig(version=7, n_layer=2, n_embd=64, head_size=16)).eval()
-    with torch.no_grad():
-        for p in m.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return m
-
-
 def _perturbed(m, t: float):
     import copy
 
@@ -266,10 +252,11 @@ def test_nll_parity_splits_the_increase_into_a_quadratic_even_part_and_a_linear_
     import torch
 
     from edgesmith.bench.benchmarks.rwkv_quant_seeds import mirrored, nll_parity, token_nll
+    from tests.compress.rwkvquant.rwkv_helpers import tiny
 
     torch.set_default_dtype(torch.float64)  # the finite-difference ratios need more than fp32's digits
     try:
-        m = _tiny_rwkv().double()
+        m = tiny(7).double()
         windows = np.random.default_rng(3).integers(0, 256, size=(4, 33))
         small, large = (nll_parity(m, _perturbed(m, t), windows) for t in (1e-4, 2e-4))
         # even part ~ D'HD/2: doubling the error quadruples it; odd part ~ g.D: doubling doubles it
@@ -293,8 +280,6 @@ def test_nll_parity_splits_the_increase_into_a_quadratic_even_part_and_a_linear_
 
 
 def _with_parity(reports, even):
-    import math
-
     for r in reports:
         if r["variants"][0]["pass_reports"]:
             kind = r["variants"][0]["pass_reports"][0]["config"]["kind"].removeprefix("rwkv-")

@@ -9,28 +9,14 @@ import torch
 
 from edgesmith.compress.rwkvquant import make_config, quantize_rwkv
 from edgesmith.compress.rwkvquant.gptvq import vq_layout
-from edgesmith.compress.rwkvquant.rwkvquant import SHIFT_VECTORS, linear_modules
+from edgesmith.compress.rwkvquant.rwkvquant import SHIFT_VECTORS
 from edgesmith.compress.rwkvquant.tensors import CODEBOOK_BITS, FP16_BITS
 from edgesmith.common import EdgesmithError
-from edgesmith.models.rwkv.base import RWKVConfig
-from edgesmith.models.rwkv.checkpoint import build_model
+from rwkv_helpers import tiny, weights_of
 from edgesmith.models.rwkv.data import is_eval_file, load_splits, load_validation
 
 CALIB = np.random.default_rng(0).integers(0, 256, size=(4, 32))
 FAST = dict(kmeans_iters=5, n_calibration=4, bits=2, group_size=32)
-
-
-def tiny(version: int):
-    torch.manual_seed(version)
-    m = build_model(RWKVConfig(version=version, n_layer=2, n_embd=64, head_size=16)).eval()
-    with torch.no_grad():
-        for p in m.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return m
-
-
-def weights_of(q):
-    return {n: m.weight.detach() for n, m in linear_modules(q).items()}
 
 
 @pytest.mark.parametrize("version", [6, 7])

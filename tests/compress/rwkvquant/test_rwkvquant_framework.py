@@ -10,17 +10,7 @@ from edgesmith.compress.rwkvquant import load_quantized, make_config, quantize_r
 from edgesmith.compress.rwkvquant.qcheckpoint import quantized_payload
 from edgesmith.compress.rwkvquant.tensors import QuantLinear
 from edgesmith.common import EdgesmithError
-from edgesmith.models.rwkv.base import RWKVConfig
-from edgesmith.models.rwkv.checkpoint import build_model
-
-
-def tiny(version: int):
-    torch.manual_seed(version)
-    m = build_model(RWKVConfig(version=version, n_layer=2, n_embd=64, head_size=16)).eval()
-    with torch.no_grad():
-        for p in m.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return m
+from rwkv_helpers import tiny, weights_of
 
 
 CALIB = np.random.default_rng(0).integers(0, 256, size=(4, 32))

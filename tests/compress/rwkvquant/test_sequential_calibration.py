@@ -11,29 +11,15 @@ from edgesmith.common import EdgesmithError
 from edgesmith.compress.rwkvquant import make_config, quantize_rwkv
 from edgesmith.compress.rwkvquant.gptq import gptq_quantize
 from edgesmith.compress.rwkvquant.rwkvquant import SHIFT_VECTORS, collect_calibration, linear_modules
-from edgesmith.models.rwkv.base import RWKVConfig
-from edgesmith.models.rwkv.checkpoint import build_model
+from rwkv_helpers import tiny, weights_of
 
 CALIB = np.random.default_rng(1).integers(0, 256, size=(4, 32))
 FAST = dict(kmeans_iters=5, n_calibration=4, bits=2, group_size=32)
 
 
-def tiny(version: int, n_layer: int = 3):
-    torch.manual_seed(version)
-    m = build_model(RWKVConfig(version=version, n_layer=n_layer, n_embd=64, head_size=16)).eval()
-    with torch.no_grad():
-        for p in m.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return m
-
-
-def weights_of(model):
-    return {n: m.weight.detach() for n, m in linear_modules(model).items()}
-
-
 @pytest.mark.parametrize("version", [6, 7])
 def test_one_block_calibration_matches_the_full_pass_and_runs_no_later_block(version):
-    m = tiny(version)
+    m = tiny(version, n_layer=3)
     full_H, full_imp = collect_calibration(m, CALIB)
     ran = []
     hooks = [blk.ffn.register_forward_hook(lambda *a, i=i: ran.append(i)) for i, blk in enumerate(m.blocks)]
@@ -54,7 +40,7 @@ def test_one_block_calibration_matches_the_full_pass_and_runs_no_later_block(ver
 
 @pytest.mark.parametrize("version", [6, 7])
 def test_sequential_gptq_calibrates_each_block_on_the_quantized_blocks_before_it(version):
-    m = tiny(version)
+    m = tiny(version, n_layer=3)
     one_pass = weights_of(quantize_rwkv(m, CALIB, make_config("gptq", **FAST))[0])
     seq_model, rep = quantize_rwkv(m, CALIB, make_config("gptq", sequential=True, **FAST))
     seq = weights_of(seq_model)
@@ -83,7 +69,7 @@ def test_sequential_gptq_calibrates_each_block_on_the_quantized_blocks_before_it
 
 
 def test_sequential_rwkvquant_keeps_the_decision_and_the_bits():
-    m = tiny(7)
+    m = tiny(7, n_layer=3)
     a_model, a = quantize_rwkv(m, CALIB, make_config("rwkvquant", sq_percentile=60.0, **FAST))
     b_model, b = quantize_rwkv(m, CALIB, make_config("rwkvquant", sq_percentile=60.0, sequential=True, **FAST))
     # the SQ/VQ decision reads the weights only; what changes is the Hessians each quantizer is given
