@@ -139,17 +139,11 @@ PARITY_FILE = "nll_parity.json"
 
 
 def token_nll(model, windows: np.ndarray, batch: int = 16) -> float:
-    """Mean NLL in nats of every next byte of the windows (the perplexity's log), torch, from the zero state."""
-    import torch
+    """Mean NLL in nats of every next byte of the equal-length windows (the perplexity's log), torch, from the
+    zero state: the reference models' own ``window_nll``, averaged."""
+    from edgesmith.models.rwkv.train import window_nll
 
-    total, n = 0.0, 0
-    with torch.no_grad():
-        for i in range(0, len(windows), batch):
-            x = torch.from_numpy(np.ascontiguousarray(windows[i:i + batch]))
-            lp = torch.log_softmax(model(x[:, :-1])[0].double(), -1)
-            total -= float(lp.gather(-1, x[:, 1:, None]).sum())
-            n += x[:, 1:].numel()
-    return total / n
+    return float(window_nll(lambda x: model(x)[0], windows, batch).mean())
 
 
 def mirrored(reference, quantized):

@@ -87,7 +87,10 @@ def window_nll(forward, windows: np.ndarray, batch: int = 16) -> np.ndarray:
     for i in range(0, len(windows), batch):
         x = np.ascontiguousarray(windows[i:i + batch])
         logits = forward(torch.from_numpy(x[:, :-1]))
-        logits = logits.detach().float().cpu().numpy() if isinstance(logits, torch.Tensor) else np.asarray(logits)
+        if isinstance(logits, torch.Tensor):  # half precisions widened for numpy; float64 kept as it is
+            logits = (logits if logits.dtype == torch.float64 else logits.float()).detach().cpu().numpy()
+        else:
+            logits = np.asarray(logits)
         out.append(token_nll(logits, x[:, 1:].astype(np.int64)).mean(1))
     return np.concatenate(out)
 
