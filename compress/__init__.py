@@ -29,6 +29,7 @@ PASS_MODULES = (
     "edgesmith.compress.lrnn.fixed",  # export-lrnn-fixed
     "edgesmith.compress.lrnn.train_passes",  # prune-lrnn, qat-lrnn
     "edgesmith.compress.export_step",  # export-step-onnx
+    "edgesmith.compress.export_rwkv_c",  # export-rwkv-c
     "edgesmith.compress.onnx_mlp",  # import-onnx-mlp
     "edgesmith.compress.import_nir",  # import-nir
     "edgesmith.compress.export_nir",  # export-nir

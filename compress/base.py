@@ -29,7 +29,7 @@ from edgesmith.common import Config, EdgesmithError, check_finite_array, import_
 
 # --- artifacts -----------------------------------------------------------------------------------
 
-FORMATS = ("torch", "onnx", "netx", "nir", "lava", "trees", "c")
+FORMATS = ("torch", "onnx", "netx", "nir", "lava", "trees", "c", "rwkv-c")
 INIT_SUFFIX = ".init.npz"  # beside a step graph: its trained starting state (runtimes.stateful reads it)
 IN_MEMORY_FORMATS = ("torch", "trees")  # carry ``module``; the others carry ``path``
 

@@ -16,11 +16,12 @@ RUNTIME_MODULES = {
     "trees": "edgesmith.runtimes.trees_rt",
     "lrnn-ref": "edgesmith.runtimes.lrnn_ref",
     "lava-lrnn": "edgesmith.runtimes.lava_lrnn_rt",
+    "rwkv-c": "edgesmith.runtimes.rwkv_c_rt",
 }
 
 # the runtime that runs a model in its native format: the reference every variant is compared with
 REFERENCE_RUNTIMES = {"torch": "torch", "trees": "trees", "onnx": "onnxruntime", "c": "c", "netx": "netx-ref",
-                      "nir": "nir-float"}
+                      "nir": "nir-float", "rwkv-c": "rwkv-c"}
 
 
 def runtime_for(artifact) -> str:

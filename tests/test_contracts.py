@@ -142,7 +142,19 @@ def _sigma_delta(tmp_path, digits):
     return art, digits.example_inputs(3)
 
 
+def _rwkv_c(tmp_path):
+    from edgesmith.models.rwkv.base import RWKVConfig
+    from edgesmith.models.rwkv.checkpoint import build_model
+
+    torch.manual_seed(0)
+    model = build_model(RWKVConfig(version=7, n_layer=1, n_embd=64, head_size=16)).eval()
+    art, _ = run_passes(Artifact("torch", module=model), [config_from_dict({"kind": "export-rwkv-c", "weights": "int4"})],
+                        PassContext(workdir=tmp_path))
+    return art, np.array([[1, 2, 3], [4, 5, 6], [7, 8, 9]])
+
+
 FIXTURES = {
+    "rwkv-c": lambda tmp, d, f, t: _rwkv_c(tmp),
     "mlp-torch": lambda tmp, d, f, t: (f["torch"], d.example_inputs(3)),
     "mlp-onnx": lambda tmp, d, f, t: (f["onnx"], d.example_inputs(3)),
     "sigma-delta": lambda tmp, d, f, t: _sigma_delta(tmp, d),

@@ -1,0 +1,255 @@
+"""``export-rwkv-c``: an RWKV-7 language model as the arrays of the C decoder (``runtimes/rwkv_c_rt.py``).
+
+The decoder runs one token at a time, batch 1, in C: every block linear is read once per token, so its speed
+is bound by the bytes it streams. The file (``.rwkvc.npz``) holds each array under the name the decoder's
+structs use, plus the model's sizes as JSON (``config``):
+
+- block linears already 4-bit or less (RTN, GPTQ, RWKVQuant's SQ layers: ``QuantLinear`` over an
+  ``SQTensor`` whose group is a multiple of 64) keep their codes, scales and zero points exactly, stored as
+  4-bit codes (3-bit codes fit unchanged), so the decoder computes with the very weights the quantizer chose;
+- fp32 block linears stay fp32 (``weights="as-is"``) or are rounded to 4 bits here (``weights="int4"``: RTN,
+  asymmetric, ``group`` inputs per scale, the grid ``compress.rwkvquant.rtn`` uses);
+- anything else (codebook/VQ layers, wider codes, other groups) is written as its dequantized fp32 weight,
+  and the report says which layers and why;
+- embedding, LoRAs, vectors, norms and head stay fp32 (as in the step graphs of ``export-step-onnx``).
+
+Within each 64 inputs of a 4-bit row, byte j holds code j (low nibble) and code j + 32 (high nibble): the
+order the decoder's AVX2 kernel unpacks with one load and two masks. Rows go in quads, interleaved per 64
+inputs (codes) and per group (scales, zero points), so the kernel streams each quad sequentially.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.compress.base import INIT_SUFFIX, Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult, register_pass
+
+SUFFIX = ".rwkvc.npz"
+WEIGHT_MODES = ("as-is", "int4")
+KERNEL_CHUNK = 64  # inputs per 32-byte load of the decoder's 4-bit kernel
+QUAD = 4  # rows the kernel computes together, their codes interleaved
+NEEDED_FLAGS = ("avx2", "fma")  # what the decoder is compiled for (runtimes/rwkv7_step.c)
+BLOCK_LINEARS = (("att", "receptance", "r"), ("att", "key", "k"), ("att", "value", "v"), ("att", "output", "o"),
+                 ("ffn", "key", "fk"), ("ffn", "value", "fv"))
+LORAS = ("w1", "w2", "a1", "a2", "v1", "v2", "g1", "g2")
+VECTORS = {"att": ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g", "w0", "a0", "v0", "k_k", "k_a", "r_k"),
+           "ffn": ("x_k",)}
+
+
+def cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
+def why_unavailable() -> str:
+    """Why the C decoder cannot run here ("" when it can): it is compiled by gcc for AVX2 and FMA."""
+    if shutil.which("gcc") is None:
+        return "gcc is not on PATH. Fix: install gcc (apt-get install gcc)."
+    missing = [f for f in NEEDED_FLAGS if f not in cpu_flags()]
+    if missing:
+        return (f"this CPU lacks {', '.join(missing)} (the C decoder's kernels need AVX2 and FMA). Fix: decode with "
+                "export-step-onnx and onnxruntime instead.")
+    return ""
+
+
+@dataclass
+class ExportRWKVCConfig(PassConfig):
+    """``weights``: "as-is" keeps each block linear as the model has it (4-bit codes where it is quantized,
+    fp32 where not); "int4" also rounds the fp32 ones to 4 bits (RTN, asymmetric, ``group`` inputs per scale)."""
+
+    kind: ClassVar[str] = "export-rwkv-c"
+    input_format: ClassVar[str] = "torch"
+    output_format: ClassVar[str] = "rwkv-c"
+
+    weights: str = "as-is"
+    group: int = 64
+
+    def validate(self) -> None:
+        if self.weights not in WEIGHT_MODES:
+            self._fail("weights", f"is {self.weights!r}", f"use one of {', '.join(WEIGHT_MODES)}.")
+        if isinstance(self.group, bool) or not isinstance(self.group, int) or self.group < KERNEL_CHUNK or \
+                self.group % KERNEL_CHUNK:
+            self._fail("group", f"is {self.group!r}", f"use a multiple of {KERNEL_CHUNK} (64, 128, ...).")
+
+
+def pack_nibbles(codes: np.ndarray) -> np.ndarray:
+    """(rows, cols) codes < 16, rows a multiple of 4 and cols of 64 -> (rows / 4, cols / 64, 4, 32) bytes: per
+    64 inputs of a row, byte j = code j | code j + 32 << 4, and the four rows of a quad interleaved per 64 inputs
+    (the decoder reads a quad as one sequential stream)."""
+    rows, cols = codes.shape
+    c = codes.astype(np.uint8).reshape(rows // QUAD, QUAD, cols // KERNEL_CHUNK, 2, KERNEL_CHUNK // 2)
+    return np.ascontiguousarray((c[:, :, :, 0] | (c[:, :, :, 1] << 4)).transpose(0, 2, 1, 3))
+
+
+def unpack_nibbles(packed: np.ndarray) -> np.ndarray:
+    """The inverse of ``pack_nibbles``: (rows, cols) codes."""
+    quads, chunks = packed.shape[:2]
+    p = packed.transpose(0, 2, 1, 3)[:, :, :, None]  # (quads, 4, chunks, 1, 32)
+    return np.concatenate([p & 0x0F, p >> 4], axis=3).reshape(quads * QUAD, chunks * KERNEL_CHUNK)
+
+
+def by_quad(a: np.ndarray) -> np.ndarray:
+    """(rows, groups) per-row values -> (rows / 4, groups, 4): a quad's four rows side by side per group."""
+    rows, groups = a.shape
+    return np.ascontiguousarray(a.reshape(rows // QUAD, QUAD, groups).transpose(0, 2, 1))
+
+
+def from_quad(a: np.ndarray) -> np.ndarray:
+    """The inverse of ``by_quad``."""
+    quads, groups, _ = a.shape
+    return np.ascontiguousarray(a.transpose(0, 2, 1).reshape(quads * QUAD, groups))
+
+
+def _why_not_4bit(q, cols: int) -> str:
+    if getattr(q, "kind", None) != "sq":
+        return f"a {getattr(q, 'kind', type(q).__name__)} layer"
+    if q.bits > 4:
+        return f"{q.bits}-bit codes"
+    if q.group_size % KERNEL_CHUNK or cols % q.group_size:
+        return f"group {q.group_size} (the kernel takes multiples of {KERNEL_CHUNK} that divide the {cols} inputs)"
+    if q.codes.shape[0] % QUAD:
+        return f"{q.codes.shape[0]} rows (the kernel takes multiples of {QUAD})"
+    return ""
+
+
+def linear_arrays(module, name: str, config: ExportRWKVCConfig) -> tuple[dict, LayerReport]:
+    """The decoder's arrays of one block linear, and what became of it."""
+    from edgesmith.compress.rwkvquant.rtn import rtn_quantize
+
+    q = getattr(module, "q", None)
+    w = module.weight.detach().to(torch.float32)
+    rows, cols = w.shape
+    if q is None and config.weights == "int4" and cols % config.group == 0 and rows % QUAD == 0:
+        q, how = rtn_quantize(w, 4, config.group), f"rounded to 4 bits here (RTN, group {config.group})"
+    elif q is not None:
+        why = _why_not_4bit(q, cols)
+        how = f"{q.bits}-bit codes kept exactly" if not why else f"dequantized to fp32: {why}"
+        q = None if why else q
+    else:
+        how = "fp32" if config.weights == "as-is" else (f"fp32: {rows} x {cols} does not split into quads of rows "
+                                                        f"and groups of {config.group} inputs")
+    if q is None:
+        action = "dequantized" if how.startswith("dequantized") else "kept fp32"
+        return {f"{name}.w": np.ascontiguousarray(w.numpy())}, LayerReport(name, action, 32.0, rows * cols, reason=how)
+    ng = cols // q.group_size
+    arrays = {f"{name}.q": pack_nibbles(q.codes.numpy()),
+              f"{name}.s": by_quad(q.scales.to(torch.float32).numpy().reshape(rows, ng)),
+              f"{name}.z": by_quad(q.zeros.numpy().astype(np.uint8).reshape(rows, ng))}
+    bits = 4 + (32 + 8) / q.group_size
+    return arrays, LayerReport(name, "quantized", bits, rows * cols, reason=how)
+
+
+def model_arrays(model, config: ExportRWKVCConfig) -> tuple[dict, dict, list[LayerReport]]:
+    """Every array of the decoder's file, its sizes, and one report line per block linear."""
+    cfg = model.cfg
+    if cfg.version != 7:
+        raise EdgesmithError(f"export-rwkv-c decodes RWKV-7 only; this model is RWKV-{cfg.version}.",
+                             "export RWKV-6 with export-step-onnx (onnxruntime) instead.")
+    if cfg.head_size > 256:
+        raise EdgesmithError(f"export-rwkv-c takes heads of at most 256 channels; this model's are {cfg.head_size}.",
+                             "export it with export-step-onnx instead.")
+    f32 = lambda t: np.ascontiguousarray(t.detach().to(torch.float32).numpy().reshape(-1))  # noqa: E731
+    arrays = {"emb": np.ascontiguousarray(model.emb.weight.detach().to(torch.float32).numpy()),
+              "ln0_w": f32(model.blocks[0].ln0.weight), "ln0_b": f32(model.blocks[0].ln0.bias),
+              "lnout_w": f32(model.ln_out.weight), "lnout_b": f32(model.ln_out.bias),
+              "head.w": np.ascontiguousarray(model.head.weight.detach().to(torch.float32).numpy())}
+    reports = []
+    for i, blk in enumerate(model.blocks):
+        p = f"L{i}."
+        for ln in ("ln1", "ln2"):
+            arrays[p + ln + "_w"], arrays[p + ln + "_b"] = f32(getattr(blk, ln).weight), f32(getattr(blk, ln).bias)
+        arrays[p + "lnx_w"], arrays[p + "lnx_b"] = f32(blk.att.ln_x.weight), f32(blk.att.ln_x.bias)
+        for part, names in VECTORS.items():
+            for v in names:
+                arrays[p + ("ffn_x_k" if part == "ffn" else v)] = f32(getattr(getattr(blk, part), v))
+        for lora in LORAS:  # x @ A: the decoder computes A^T x, so A is stored (out, in)
+            arrays[p + lora + ".w"] = np.ascontiguousarray(getattr(blk.att, lora).detach().to(torch.float32).numpy().T)
+        for part, attr, short in BLOCK_LINEARS:
+            a, rep = linear_arrays(getattr(getattr(blk, part), attr), p + short, config)
+            arrays.update(a)
+            reports.append(rep)
+    sizes = {"n_layer": cfg.n_layer, "C": cfg.n_embd, "H": cfg.n_head, "N": cfg.head_size, "V": cfg.vocab_size,
+             "F": cfg.dim_ffn, "D": max(cfg.d_decay_lora, cfg.d_aaa_lora, cfg.d_mv_lora, cfg.d_gate_lora)}
+    if getattr(model, "init_wkv", None) is not None:
+        arrays["init_wkv"] = np.ascontiguousarray(model.init_wkv.detach().to(torch.float32).numpy())
+    return arrays, sizes, reports
+
+
+def bytes_per_token(arrays: dict, sizes: dict) -> int:
+    """Bytes one decoding step reads: every array once, the embedding as one row, the state read and written."""
+    weights = sum(a.nbytes for k, a in arrays.items() if k not in ("emb", "init_wkv"))
+    row = arrays["emb"].nbytes // sizes["V"]
+    L, C, H, N = sizes["n_layer"], sizes["C"], sizes["H"], sizes["N"]
+    state = 4 * L * (2 * C + H * N * N)
+    return int(weights + row + 2 * state)
+
+
+def write_rwkv_c(path, arrays: dict, sizes: dict, force: bool = False) -> None:
+    with atomic_path(path, force=force) as tmp:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, config=np.array(json.dumps(sizes)), **arrays)
+
+
+def recurrent_spec(sizes: dict, initial_state: bool) -> dict:
+    """The decoder's step interface in ``runtimes.stateful`` terms: a token in, logits out, three state arrays
+    (per sequence: token-shift inputs of both mixes, every layer's wkv matrices) fed back."""
+    L, C, H, N = sizes["n_layer"], sizes["C"], sizes["H"], sizes["N"]
+    shapes = {"att_x": [L, C], "ffn_x": [L, C], "wkv": [L, H, N, N]}
+    spec = {"input": "token", "output": "logits", "state": [[k, f"{k}_out"] for k in shapes],
+            "state_shapes": shapes, "state_dtypes": {k: "float32" for k in shapes}}
+    if initial_state:
+        spec["initial_state"] = True
+    return spec
+
+
+def macs_per_token(arrays: dict) -> int:
+    """Multiply-accumulates of one step: every matrix (block linears, LoRAs, head) once."""
+    total = 0
+    for k, a in arrays.items():
+        if k.endswith(".w"):
+            total += a.size
+        elif k.endswith(".q"):
+            total += a.size * 2
+    return int(total)
+
+
+@register_pass(ExportRWKVCConfig)
+def _export_rwkv_c(artifact: Artifact, config: ExportRWKVCConfig, ctx: PassContext) -> PassResult:
+    model = artifact.module
+    if not hasattr(model, "cfg") or not hasattr(model, "blocks") or getattr(getattr(model, "cfg", None),
+                                                                             "version", None) not in (6, 7):
+        raise EdgesmithError(f"export-rwkv-c takes an RWKV language model, not a {type(model).__name__}.",
+                             "use export-onnx or export-step-onnx for other models.")
+    arrays, sizes, layers = model_arrays(model, config)
+    out = ctx.workdir / f"model{SUFFIX}"
+    write_rwkv_c(out, arrays, sizes, force=True)
+    if "init_wkv" in arrays:  # the starting state, where runtimes.stateful looks for it
+        L, C = sizes["n_layer"], sizes["C"]
+        with atomic_path(str(out) + INIT_SUFFIX, force=True) as tmp:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, att_x=np.zeros((L, C), np.float32), ffn_x=np.zeros((L, C), np.float32),
+                         wkv=arrays["init_wkv"])
+    per_token = bytes_per_token(arrays, sizes)
+    n4 = sum(1 for r in layers if r.action == "quantized")
+    meta = {**{k: v for k, v in artifact.meta.items() if k != "recurrent"}, "rwkv_c": sizes,
+            "bytes_per_token": per_token, "macs_per_token": macs_per_token(arrays),
+            "precision": "int4" if n4 else "fp32", "recurrent": recurrent_spec(sizes, "init_wkv" in arrays)}
+    new = Artifact("rwkv-c", path=out, meta=meta)
+    lin_bits = sum(r.bits_per_weight * r.n_params for r in layers) / sum(r.n_params for r in layers)
+    notes = [f"{n4} of {len(layers)} block linears as 4-bit codes, the rest fp32; {per_token / 2**20:.1f} MiB "
+             "read per decoded token"]
+    notes += [f"{r.name}: {r.reason}" for r in layers if r.action == "dequantized"]
+    report = PassReport(config.to_dict(), "torch", "rwkv-c", artifact.size_bytes(), new.size_bytes(),
+                        bits_per_weight=lin_bits, layers=layers, notes=notes, extra={"bytes_per_token": per_token})
+    return PassResult(new, report)

@@ -1,0 +1,427 @@
+/* One decoding step of an RWKV-7 language model, batch 1, with its block linears either fp32 or 4-bit.
+ *
+ * Built by runtimes/rwkv_c_rt.py (gcc -O3 -mavx2 -mfma -fopenmp) and called through ctypes; the Python side owns
+ * every array (weights, state, scratch) and fills the structs below with pointers into them.
+ *
+ * 4-bit linears (group g, a multiple of 64, along the input): per output row and group, 4-bit codes q, an fp32
+ * scale s and an integer zero point z, so w = s (q - z). Within every 64 inputs of a row, byte j holds code j in
+ * its low nibble and code j + 32 in its high one, so one 32-byte load and two masks give the 64 codes in input
+ * order; rows come in quads whose 32-byte pieces are interleaved (see dot_q4_quad_g).
+ * The activation is quantized per group to int8 (scale max|x| / 127, the way onnxruntime's MatMulNBits does it at
+ * accuracy_level 4), and a row's group contributes s * xs * (sum_j q_j xq_j - z sum_j xq_j): the integer dot
+ * product runs on _mm256_maddubs_epi16 (unsigned codes times signed activations), 64 weights per 3 loads.
+ * This is the step a decoder is bound by: every weight byte read once per token.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef struct {
+    int rows, cols, group; /* group 0: fp32 weight w (rows x cols); else 4-bit q, s, z (rows a multiple of 4) */
+    const float *w;
+    const uint8_t *q;      /* [rows / 4][cols / 64][4 rows][32 bytes] */
+    const float *s;        /* [rows / 4][cols / group][4 rows] */
+    const uint8_t *z;      /* [rows / 4][cols / group][4 rows] */
+} Mat;
+
+typedef struct {
+    const float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
+    const float *x_r, *x_w, *x_k, *x_v, *x_a, *x_g;
+    const float *w0, *a0, *v0, *k_k, *k_a, *r_k, *lnx_w, *lnx_b, *ffn_x_k;
+    Mat w1, w2, a1, a2, v1, v2, g1, g2; /* LoRAs, each stored (out, in) */
+    Mat r, k, v, o, fk, fv;
+} Layer;
+
+typedef struct {
+    int n_layer, C, H, N, V, F, D; /* D: the widest LoRA */
+    const float *emb, *ln0_w, *ln0_b, *lnout_w, *lnout_b;
+    Mat head;
+    const Layer *layers;
+    float *att_x, *ffn_x, *wkv;    /* state: L x C, L x C, L x H x N x N ([value, key]) */
+    float *scratch;                /* 19 C + F + 5 D floats: see time_mix and channel_mix */
+    int8_t *xq;                    /* MAX_JOBS slots of max(C, F) int8: each 4-bit product's quantized input */
+    float *xs;                     /* MAX_JOBS slots of max(C, F) / 64 + 1 */
+    float *xsx;                    /* the same: xs times the group's code sum */
+} Model;
+
+static int n_threads = 1;
+
+int rwkv_set_threads(int n) {
+#ifdef _OPENMP
+    n_threads = n > 0 ? n : omp_get_num_procs();
+    omp_set_num_threads(n_threads);
+#else
+    n_threads = 1;
+#endif
+    return n_threads;
+}
+
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static float dot_f32(const float *w, const float *x, int n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 32 <= n; j += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j), _mm256_loadu_ps(x + j), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j + 8), _mm256_loadu_ps(x + j + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j + 16), _mm256_loadu_ps(x + j + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j + 24), _mm256_loadu_ps(x + j + 24), a3);
+    }
+    float t = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; j < n; j++) t += w[j] * x[j];
+    return t;
+}
+
+/* x -> int8 codes per group of `group` (a multiple of 32; scale max|x| / 127, rounded to nearest even as
+ * nearbyintf does), each group's scale xs and xs times its code sum. */
+static void quantize_act(const float *x, int n, int group, int8_t *xq, float *xs, float *xsx) {
+    const __m256 sign = _mm256_set1_ps(-0.f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int g = 0; g < n / group; g++) {
+        const float *xg = x + g * group;
+        __m256 mx = _mm256_setzero_ps();
+        for (int j = 0; j < group; j += 8) mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(xg + j)));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        const float m = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+        const __m256 inv = _mm256_set1_ps(m > 0.f ? 127.f / m : 0.f);
+        __m256i sum = _mm256_setzero_si256();
+        for (int j = 0; j < group; j += 32) {
+            __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + j), inv));
+            __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + j + 8), inv));
+            __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + j + 16), inv));
+            __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + j + 24), inv));
+            sum = _mm256_add_epi32(sum, _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+            __m256i b8 = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+            _mm256_storeu_si256((__m256i *)(xq + g * group + j), _mm256_permutevar8x32_epi32(b8, order));
+        }
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+        xs[g] = m / 127.f;
+        xsx[g] = xs[g] * (float)_mm_cvtsi128_si32(s4);
+    }
+}
+
+#ifndef PREFETCH
+#define PREFETCH 2048 /* bytes ahead of the 4-bit stream that the kernel asks the cache for (1024-8192 measured; 2048-3072 best) */
+#endif
+
+/* Rows 4 quad .. 4 quad + 3 of a 4-bit matrix. The four rows' codes are interleaved in the file, 32 bytes each
+ * per 64 inputs, so the quad reads one sequential stream (the hardware prefetcher keeps up with one stream; with
+ * four separate rows it fell to half the read bandwidth). Their scales and zero points are interleaved by group
+ * the same way. The activation codes are loaded once for the four rows. */
+static inline __attribute__((always_inline)) void dot_q4_quad_g(const Mat *w, int quad, const int8_t *xq,
+                                                                 const float *xs, const float *xsx, float *y,
+                                                                 const int G) {
+    const int ng = w->cols / G;
+    const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const uint8_t *q = w->q + (long)quad * 2 * w->cols;
+    const float *s = w->s + (long)quad * 4 * ng;
+    const uint8_t *z = w->z + (long)quad * 4 * ng;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m128 corr = _mm_setzero_ps(); /* sum_g s z xs sum(xq), one lane per row */
+    for (int g = 0; g < ng; g++) {
+        __m256i is[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                         _mm256_setzero_si256()};
+        for (int c = g * G; c < (g + 1) * G; c += 64) {
+            const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + c));
+            const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + c + 32));
+            _mm_prefetch((const char *)(q + PREFETCH), _MM_HINT_T0);
+            _mm_prefetch((const char *)(q + PREFETCH + 64), _MM_HINT_T0);
+            for (int r = 0; r < 4; r++) {
+                __m256i b = _mm256_loadu_si256((const __m256i *)(q + 32 * r));
+                __m256i lo = _mm256_and_si256(b, mask), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), mask);
+                __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_maddubs_epi16(hi, x1));
+                is[r] = _mm256_add_epi32(is[r], _mm256_madd_epi16(p, ones));
+            }
+            q += 128;
+        }
+        const __m128 s4 = _mm_loadu_ps(s + 4 * g);
+        int32_t z4i;
+        memcpy(&z4i, z + 4 * g, 4);
+        const __m128 z4 = _mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(z4i)));
+        corr = _mm_fmadd_ps(_mm_mul_ps(s4, z4), _mm_set1_ps(xsx[g]), corr);
+        float sc[4];
+        _mm_storeu_ps(sc, _mm_mul_ps(s4, _mm_set1_ps(xs[g])));
+        for (int r = 0; r < 4; r++)
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r]), _mm256_set1_ps(sc[r]), acc[r]);
+    }
+    float c4[4];
+    _mm_storeu_ps(c4, corr);
+    for (int r = 0; r < 4; r++) y[4 * quad + r] = hsum8(acc[r]) - c4[r];
+}
+
+/* The group as a constant where it is the usual 64: one 128-byte step per group, no inner loop. */
+static void dot_q4_quad(const Mat *w, int quad, const int8_t *xq, const float *xs, const float *xsx, float *y) {
+    if (w->group == 64)
+        dot_q4_quad_g(w, quad, xq, xs, xsx, y, 64);
+    else
+        dot_q4_quad_g(w, quad, xq, xs, xsx, y, w->group);
+}
+
+/* One product of a batch: y = W x. */
+typedef struct {
+    const Mat *w;
+    const float *x;
+    float *y;
+} Job;
+
+#define MAX_JOBS 8
+#define FP32_ROWS 16 /* rows of an fp32 matrix per unit of work */
+
+static inline int job_units(const Mat *w) { return w->group ? w->rows / 4 : (w->rows + FP32_ROWS - 1) / FP32_ROWS; }
+
+/* Bytes a unit of work reads: what the threads split evenly. */
+static inline long unit_bytes(const Mat *w) {
+    return w->group ? 2L * w->cols + 5L * 4 * w->cols / w->group : 4L * FP32_ROWS * w->cols;
+}
+
+static void run_unit(const Job *j, int u, const int8_t *xq, const float *xs, const float *xsx) {
+    const Mat *w = j->w;
+    if (w->group) {
+        dot_q4_quad(w, u, xq, xs, xsx, j->y);
+        return;
+    }
+    int end = (u + 1) * FP32_ROWS < w->rows ? (u + 1) * FP32_ROWS : w->rows;
+    for (int r = u * FP32_ROWS; r < end; r++) j->y[r] = dot_f32(w->w + (long)r * w->cols, j->x, w->cols);
+}
+
+/* Every product of a batch (independent of each other) in one parallel region: each 4-bit job's input is
+ * quantized into its own slot first, then the threads take contiguous shares of the batch's bytes. A row is
+ * always computed by the same code, so the result does not depend on the thread count. */
+static void gemv_batch(const Model *m, const Job *jobs, int n) {
+    const int width = m->C > m->F ? m->C : m->F, gw = width / 64 + 1;
+    long start[MAX_JOBS + 1];
+    start[0] = 0;
+    for (int i = 0; i < n; i++) {
+        const Mat *w = jobs[i].w;
+        if (w->group) quantize_act(jobs[i].x, w->cols, w->group, m->xq + (long)i * width, m->xs + i * gw, m->xsx + i * gw);
+        start[i + 1] = start[i] + (long)job_units(w) * unit_bytes(w);
+    }
+    const long total = start[n];
+    int par = n_threads > 1 && total >= (1L << 18);
+#pragma omp parallel if (par)
+    {
+#ifdef _OPENMP
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+#else
+        const int t = 0, nt = 1;
+#endif
+        const long lo = total * t / nt, hi = total * (t + 1) / nt;
+        for (int i = 0; i < n; i++) {
+            if (start[i + 1] <= lo || start[i] >= hi) continue;
+            const long c = unit_bytes(jobs[i].w);
+            /* units whose first byte lies in [lo, hi) */
+            long u0 = lo > start[i] ? (lo - start[i] + c - 1) / c : 0, u1 = (hi - start[i] + c - 1) / c;
+            if (u1 > job_units(jobs[i].w)) u1 = job_units(jobs[i].w);
+            for (long u = u0; u < u1; u++)
+                run_unit(&jobs[i], (int)u, m->xq + (long)i * width, m->xs + i * gw, m->xsx + i * gw);
+        }
+    }
+}
+
+static void gemv(const Model *m, const Mat *w, const float *x, float *y) {
+    Job j = {w, x, y};
+    gemv_batch(m, &j, 1);
+}
+
+static void layer_norm(const float *x, int n, const float *w, const float *b, float eps, float *out) {
+    double mu = 0.0, var = 0.0;
+    for (int j = 0; j < n; j++) mu += x[j];
+    mu /= n;
+    for (int j = 0; j < n; j++) var += (x[j] - mu) * (x[j] - mu);
+    float inv = (float)(1.0 / sqrt(var / n + eps));
+    for (int j = 0; j < n; j++) out[j] = (float)(x[j] - mu) * inv * w[j] + b[j];
+}
+
+/* e^x, 8 lanes: x = n ln2 + r with |r| <= ln2 / 2, e^r by the degree-6 polynomial of the Cephes expf (within
+ * 2 ulp of expf over the clamped range), times 2^n built in the exponent bits. */
+static inline __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)), _mm256_set1_ps(88.37626f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    /* n can reach 128 at the top of the range: split 2^n as 2^(n-1) * 2 so the exponent field never overflows */
+    __m256 big = _mm256_cmp_ps(n, _mm256_set1_ps(127.f), _CMP_GT_OQ);
+    e = _mm256_sub_epi32(e, _mm256_and_si256(_mm256_castps_si256(big), _mm256_set1_epi32(1 << 23)));
+    p = _mm256_mul_ps(p, _mm256_blendv_ps(_mm256_set1_ps(1.f), _mm256_set1_ps(2.f), big));
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+static inline float sigmoidf(float x) { return 1.f / (1.f + expf(-x)); }
+
+/* out = sigmoid(a + b) (b may be NULL), eight at a time. */
+static void sigmoid_sum(float *out, const float *a, const float *b, int n) {
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 x = _mm256_loadu_ps(a + j);
+        if (b) x = _mm256_add_ps(x, _mm256_loadu_ps(b + j));
+        __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+        _mm256_storeu_ps(out + j, _mm256_div_ps(_mm256_set1_ps(1.f), _mm256_add_ps(_mm256_set1_ps(1.f), e)));
+    }
+    for (; j < n; j++) out[j] = sigmoidf(a[j] + (b ? b[j] : 0.f));
+}
+
+static void time_mix(const Model *m, int l, float *x) {
+    const Layer *L = &m->layers[l];
+    int C = m->C, H = m->H, N = m->N;
+    float *sc = m->scratch;
+    float *xa = sc, *xx = sc + C, *xr = sc + 2 * C, *xw = sc + 3 * C, *xk = sc + 4 * C, *xv = sc + 5 * C;
+    float *xaa = sc + 6 * C, *xg = sc + 7 * C, *r = sc + 8 * C, *w = sc + 9 * C, *k = sc + 10 * C, *v = sc + 11 * C;
+    float *a = sc + 12 * C, *g = sc + 13 * C, *kk = sc + 14 * C, *y = sc + 15 * C, *vfirst = sc + 16 * C;
+    float *t = sc + 17 * C, *lo = sc + 19 * C + m->F; /* 5 D: the LoRAs' hidden values */
+    float *last = m->att_x + (long)l * C;
+    layer_norm(x, C, L->ln1_w, L->ln1_b, 1e-5f, xa);
+    for (int j = 0; j < C; j++) {
+        xx[j] = last[j] - xa[j];
+        last[j] = xa[j];
+        xr[j] = xa[j] + xx[j] * L->x_r[j];
+        xw[j] = xa[j] + xx[j] * L->x_w[j];
+        xk[j] = xa[j] + xx[j] * L->x_k[j];
+        xv[j] = xa[j] + xx[j] * L->x_v[j];
+        xaa[j] = xa[j] + xx[j] * L->x_a[j];
+        xg[j] = xa[j] + xx[j] * L->x_g[j];
+    }
+    /* every product of the mixed inputs at once, then the LoRAs' second halves at once */
+    float *lw = lo, *la = lo + m->D, *lv = lo + 2 * m->D, *lg = lo + 3 * m->D, *lg2 = lo + 4 * m->D;
+    Job first[7] = {{&L->r, xr, r}, {&L->k, xk, k}, {&L->v, xv, v}, {&L->w1, xw, lw}, {&L->a1, xaa, la},
+                    {&L->g1, xg, lg}, {&L->v1, xv, lv}};
+    gemv_batch(m, first, l == 0 ? 6 : 7);
+    for (int j = 0; j < L->w1.rows; j++) lw[j] = tanhf(lw[j]);
+    sigmoid_sum(lg2, lg, NULL, L->g1.rows);
+    Job second[4] = {{&L->w2, lw, w}, {&L->a2, la, a}, {&L->g2, lg2, g}, {&L->v2, lv, t}};
+    gemv_batch(m, second, l == 0 ? 3 : 4);
+    /* w = -softplus(-(w0 + lora)) - 0.5 and the decay is exp(-e^w); e^-softplus(-u) = sigmoid(u), so
+     * e^w = e^-0.5 sigmoid(w0 + lora): two exponentials per channel in place of four calls */
+    sigmoid_sum(w, L->w0, w, C);
+    {
+        int j = 0;
+        const __m256 c = _mm256_set1_ps(-0.60653065971263342f);
+        for (; j + 8 <= C; j += 8) _mm256_storeu_ps(w + j, exp8(_mm256_mul_ps(c, _mm256_loadu_ps(w + j))));
+        for (; j < C; j++) w[j] = expf(-0.60653065971263342f * w[j]);
+    }
+    if (l == 0) {
+        memcpy(vfirst, v, sizeof(float) * C);
+    } else {
+        sigmoid_sum(t, L->v0, t, C);
+        for (int j = 0; j < C; j++) v[j] += (vfirst[j] - v[j]) * t[j];
+    }
+    sigmoid_sum(a, L->a0, a, C);
+    for (int h = 0; h < H; h++) {
+        float nrm = 0.f;
+        for (int j = h * N; j < (h + 1) * N; j++) {
+            kk[j] = k[j] * L->k_k[j];
+            nrm += kk[j] * kk[j];
+        }
+        nrm = fmaxf(sqrtf(nrm), 1e-12f);
+        for (int j = h * N; j < (h + 1) * N; j++) kk[j] /= nrm;
+    }
+    for (int j = 0; j < C; j++) k[j] *= 1.f + (a[j] - 1.f) * L->k_a[j];
+    float *S_all = m->wkv + (long)l * H * N * N;
+#pragma omp parallel for schedule(static) if (n_threads > 1)
+    for (int h = 0; h < H; h++) {
+        float *S = S_all + (long)h * N * N;
+        const float *rh = r + h * N, *dh = w + h * N, *kh = k + h * N, *vh = v + h * N, *kkh = kk + h * N, *ah = a + h * N;
+        float ka[256];
+        for (int j = 0; j < N; j++) ka[j] = kkh[j] * ah[j];
+        double mu = 0.0, var = 0.0;
+        for (int i = 0; i < N; i++) { /* row i of S: value i, over keys j */
+            float *Si = S + (long)i * N;
+            float yi = 0.f;
+            if (N % 8 == 0) {
+                __m256 acc = _mm256_setzero_ps();
+                for (int j = 0; j < N; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(Si + j), _mm256_loadu_ps(kkh + j), acc);
+                const __m256 sa = _mm256_set1_ps(-hsum8(acc)), vi = _mm256_set1_ps(vh[i]);
+                __m256 ya = _mm256_setzero_ps();
+                for (int j = 0; j < N; j += 8) {
+                    __m256 sij = _mm256_mul_ps(_mm256_loadu_ps(Si + j), _mm256_loadu_ps(dh + j));
+                    sij = _mm256_fmadd_ps(sa, _mm256_loadu_ps(ka + j), sij);
+                    sij = _mm256_fmadd_ps(vi, _mm256_loadu_ps(kh + j), sij);
+                    _mm256_storeu_ps(Si + j, sij);
+                    ya = _mm256_fmadd_ps(sij, _mm256_loadu_ps(rh + j), ya);
+                }
+                yi = hsum8(ya);
+            } else {
+                float sa = 0.f;
+                for (int j = 0; j < N; j++) sa -= Si[j] * kkh[j];
+                for (int j = 0; j < N; j++) {
+                    Si[j] = Si[j] * dh[j] + sa * ka[j] + vh[i] * kh[j];
+                    yi += Si[j] * rh[j];
+                }
+            }
+            y[h * N + i] = yi;
+            mu += yi;
+        }
+        mu /= N;
+        for (int i = 0; i < N; i++) var += (y[h * N + i] - mu) * (y[h * N + i] - mu);
+        float inv = (float)(1.0 / sqrt(var / N + 64e-5));
+        float bonus = 0.f;
+        for (int j = 0; j < N; j++) bonus += rh[j] * kh[j] * L->r_k[h * N + j];
+        for (int i = 0; i < N; i++) {
+            int c = h * N + i;
+            float yn = (float)(y[c] - mu) * inv * L->lnx_w[c] + L->lnx_b[c];
+            y[c] = (yn + bonus * vh[i]) * g[c];
+        }
+    }
+    gemv(m, &L->o, y, t);
+    for (int j = 0; j < C; j++) x[j] += t[j];
+}
+
+static void channel_mix(const Model *m, int l, float *x) {
+    const Layer *L = &m->layers[l];
+    int C = m->C;
+    float *xf = m->scratch, *xk = m->scratch + C, *t = m->scratch + 2 * C, *hid = m->scratch + 19 * C;
+    float *last = m->ffn_x + (long)l * C;
+    layer_norm(x, C, L->ln2_w, L->ln2_b, 1e-5f, xf);
+    for (int j = 0; j < C; j++) {
+        xk[j] = xf[j] + (last[j] - xf[j]) * L->ffn_x_k[j];
+        last[j] = xf[j];
+    }
+    gemv(m, &L->fk, xk, hid);
+    for (int j = 0; j < m->F; j++) {
+        float u = hid[j] > 0.f ? hid[j] : 0.f;
+        hid[j] = u * u;
+    }
+    gemv(m, &L->fv, hid, t);
+    for (int j = 0; j < C; j++) x[j] += t[j];
+}
+
+/* One token: updates the state in place and writes the V logits. */
+int rwkv7_step(const Model *m, int token, float *logits) {
+    if (token < 0 || token >= m->V) return -1;
+    int C = m->C;
+    float *x = m->scratch + 18 * C, *xn = m->scratch;
+    layer_norm(m->emb + (long)token * C, C, m->ln0_w, m->ln0_b, 1e-5f, x);
+    for (int l = 0; l < m->n_layer; l++) {
+        time_mix(m, l, x);
+        channel_mix(m, l, x);
+    }
+    layer_norm(x, C, m->lnout_w, m->lnout_b, 1e-5f, xn);
+    gemv(m, &m->head, xn, logits);
+    return 0;
+}
+
+/* y = W x for one matrix (the kernels' own test and in-cache rate). */
+int rwkv_gemv(const Model *m, const Mat *w, const float *x, float *y) {
+    gemv(m, w, x, y);
+    return 0;
+}

@@ -1,0 +1,247 @@
+"""RWKV-7 decoder in C: loads an ``export-rwkv-c`` file, compiles ``rwkv7_step.c`` (AVX2 + FMA, OpenMP) once
+into the cache and decodes one token per call through ctypes, batch 1, the state kept in NumPy arrays.
+
+    dec = RWKVCDecoder(path, threads=1)      # the engine (benchmarks use it directly)
+    logits = dec.step(token); dec.reset()
+    get_runtime("rwkv-c").load(artifact).run(tokens)   # (batch, time) ids -> (batch, time, vocab) logits
+
+4-bit block linears run on an integer kernel (int8 activations per group, ``_mm256_maddubs_epi16``); fp32
+ones, LoRAs and the head on an FMA dot product; the rows of every large matrix are split over ``threads``
+OpenMP threads. ``threads`` None or 0 means every core.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from edgesmith.common import EdgesmithError
+from edgesmith.compress.base import Artifact
+from edgesmith.compress.export_rwkv_c import why_unavailable
+from edgesmith.runtimes.base import Runtime, register_runtime
+
+SOURCE = Path(__file__).with_name("rwkv7_step.c")
+CFLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
+MAX_JOBS = 8  # products the decoder batches into one parallel region (rwkv7_step.c)
+
+_p = ctypes.c_void_p
+
+
+class Mat(ctypes.Structure):
+    _fields_ = [("rows", ctypes.c_int), ("cols", ctypes.c_int), ("group", ctypes.c_int),
+                ("w", _p), ("q", _p), ("s", _p), ("z", _p)]
+
+
+LAYER_VECTORS = ("ln1_w", "ln1_b", "ln2_w", "ln2_b", "x_r", "x_w", "x_k", "x_v", "x_a", "x_g", "w0", "a0", "v0",
+                 "k_k", "k_a", "r_k", "lnx_w", "lnx_b", "ffn_x_k")
+LAYER_MATS = ("w1", "w2", "a1", "a2", "v1", "v2", "g1", "g2", "r", "k", "v", "o", "fk", "fv")
+SIZES = ("n_layer", "C", "H", "N", "V", "F", "D")
+
+
+class Layer(ctypes.Structure):
+    _fields_ = [(n, _p) for n in LAYER_VECTORS] + [(n, Mat) for n in LAYER_MATS]
+
+
+class Model(ctypes.Structure):
+    _fields_ = ([(n, ctypes.c_int) for n in SIZES] +
+                [(n, _p) for n in ("emb", "ln0_w", "ln0_b", "lnout_w", "lnout_b")] + [("head", Mat)] +
+                [(n, _p) for n in ("layers", "att_x", "ffn_x", "wkv", "scratch", "xq", "xs", "xsx")])
+
+
+_LIB = None
+
+
+def library():
+    global _LIB
+    if _LIB is None:
+        from edgesmith.runtimes.c_rt import compile_shared
+
+        lib = ctypes.CDLL(str(compile_shared(SOURCE, CFLAGS)))
+        lib.rwkv_set_threads.argtypes, lib.rwkv_set_threads.restype = [ctypes.c_int], ctypes.c_int
+        lib.rwkv7_step.argtypes, lib.rwkv7_step.restype = [ctypes.POINTER(Model), ctypes.c_int, _p], ctypes.c_int
+        lib.rwkv_gemv.argtypes = [ctypes.POINTER(Model), ctypes.POINTER(Mat), _p, _p]
+        lib.rwkv_gemv.restype = ctypes.c_int
+        _LIB = lib
+    return _LIB
+
+
+def read_rwkv_c(path) -> tuple[dict, dict]:
+    """The arrays and sizes of an ``export-rwkv-c`` file, with a readable error for anything else."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        sizes = json.loads(str(arrays.pop("config")))
+        missing = [k for k in SIZES if k not in sizes]
+        if missing:
+            raise KeyError(missing)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        raise EdgesmithError(f"{path} is not an export-rwkv-c file ({type(e).__name__}: {e}).",
+                             "re-export the model: edgesmith export MODEL --kind export-rwkv-c.") from None
+    return arrays, sizes
+
+
+class RWKVCDecoder:
+    """Greedy-decoding engine over one ``export-rwkv-c`` file: ``step(token)`` -> logits (a fresh array)."""
+
+    def __init__(self, path, threads: int | None = 1):
+        self.path, self.threads = Path(path), threads
+        self.arrays_, self.sizes_ = read_rwkv_c(self.path)
+        self._build()
+
+    def _ptr(self, name: str, dtype) -> int:
+        a = self.arrays_[name]
+        if a.dtype != dtype or not a.flags.c_contiguous:
+            a = self.arrays_[name] = np.ascontiguousarray(a, dtype=dtype)
+        return a.ctypes.data
+
+    def _mat(self, name: str, rows: int, cols: int) -> Mat:
+        if f"{name}.w" in self.arrays_:
+            w = self.arrays_[f"{name}.w"]
+            self._check(name, w.shape, (rows, cols))
+            return Mat(rows, cols, 0, self._ptr(f"{name}.w", np.float32), None, None, None)
+        q, s = self.arrays_[f"{name}.q"], self.arrays_[f"{name}.s"]
+        if rows % 4 or cols % 64 or s.ndim != 3:
+            raise EdgesmithError(f"{self.path}: {name} ({rows} x {cols}) is not in the 4-bit kernel's layout.",
+                                 "re-export the model with export-rwkv-c.")
+        self._check(name, q.shape, (rows // 4, cols // 64, 4, 32))
+        group = cols // max(s.shape[1], 1)
+        self._check(name, s.shape, (rows // 4, cols // group, 4))
+        self._check(name, self.arrays_[f"{name}.z"].shape, s.shape)
+        if group % 64 or group * s.shape[1] != cols:
+            raise EdgesmithError(f"{self.path}: {name} has groups of {cols}/{s.shape[1]} inputs.",
+                                 "re-export the model with a group that is a multiple of 64.")
+        return Mat(rows, cols, group, None, self._ptr(f"{name}.q", np.uint8), self._ptr(f"{name}.s", np.float32),
+                   self._ptr(f"{name}.z", np.uint8))
+
+    def _check(self, name, got, want) -> None:
+        if tuple(got) != tuple(want):
+            raise EdgesmithError(f"{self.path}: {name} has shape {tuple(got)}, the model's sizes say {tuple(want)}.",
+                                 "re-export the model; the file was edited or damaged.")
+
+    def _build(self) -> None:
+        s = self.sizes_
+        L, C, H, N, V, F, D = (int(s[k]) for k in SIZES)
+        a = self.arrays_
+        if "emb" not in a:
+            raise EdgesmithError(f"{self.path} has no embedding.", "re-export the model with export-rwkv-c.")
+        self._check("emb", a["emb"].shape, (V, C))
+        layers = (Layer * L)()
+        lin = {"r": (C, C), "k": (C, C), "v": (C, C), "o": (C, C), "fk": (F, C), "fv": (C, F)}
+        try:
+            for i in range(L):
+                p = f"L{i}."
+                for v in LAYER_VECTORS:
+                    n = H * N if v == "r_k" else C
+                    self._check(p + v, (a[p + v].size,), (n,))
+                    setattr(layers[i], v, self._ptr(p + v, np.float32))
+                for m in LAYER_MATS:  # LoRA widths differ per LoRA: take each from its array
+                    rows, cols = lin.get(m) or a[f"{p}{m}.w"].shape
+                    if m not in lin and (rows if m.endswith("1") else cols) > D:
+                        raise EdgesmithError(f"{self.path}: LoRA {m} is wider than the file's D = {D}.",
+                                             "re-export the model with export-rwkv-c.")
+                    setattr(layers[i], m, self._mat(p + m, rows, cols))
+        except KeyError as e:
+            raise EdgesmithError(f"{self.path} lacks the array {e}.", "re-export the model with export-rwkv-c.") from None
+        self.layers_ = layers
+        self.att_x_ = np.zeros((L, C), np.float32)
+        self.ffn_x_ = np.zeros((L, C), np.float32)
+        self.wkv_ = np.zeros((L, H, N, N), np.float32)
+        self.scratch_ = np.zeros(19 * C + F + 5 * D, np.float32)
+        self.xq_ = np.zeros(MAX_JOBS * max(C, F), np.int8)  # one quantized input per product of a batch
+        self.xs_ = np.zeros(MAX_JOBS * (max(C, F) // 64 + 1), np.float32)
+        self.xsx_ = np.zeros_like(self.xs_)
+        m = Model(L, C, H, N, V, F, D, self._ptr("emb", np.float32), self._ptr("ln0_w", np.float32),
+                  self._ptr("ln0_b", np.float32), self._ptr("lnout_w", np.float32), self._ptr("lnout_b", np.float32),
+                  self._mat("head", V, C), ctypes.addressof(layers), self.att_x_.ctypes.data, self.ffn_x_.ctypes.data,
+                  self.wkv_.ctypes.data, self.scratch_.ctypes.data, self.xq_.ctypes.data, self.xs_.ctypes.data,
+                  self.xsx_.ctypes.data)
+        self.model_ = m
+        self.lib_ = library()
+        self.reset()
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.sizes_["V"])
+
+    def reset(self) -> None:
+        """Back to the state before the first token (the trained initial wkv state where the model has one)."""
+        self.att_x_[:] = 0.0
+        self.ffn_x_[:] = 0.0
+        self.wkv_[:] = self.arrays_["init_wkv"] if "init_wkv" in self.arrays_ else 0.0
+
+    def step(self, token: int) -> np.ndarray:
+        logits = np.empty(self.vocab_size, np.float32)
+        self.lib_.rwkv_set_threads(int(self.threads or 0))
+        if self.lib_.rwkv7_step(ctypes.byref(self.model_), int(token), logits.ctypes.data) != 0:
+            raise EdgesmithError(f"token id {token} is outside the vocabulary [0, {self.vocab_size}).",
+                                 "tokenize with the model's tokenizer.")
+        return logits
+
+    def gemv(self, name: str, x: np.ndarray) -> np.ndarray:
+        """One of the model's linears ("L0.fk", "head", ...) applied to ``x``, by the decoder's own kernel."""
+        i, _, m = name.partition(".")
+        mat = self.model_.head if name == "head" else getattr(self.layers_[int(i[1:])], m)
+        x = np.ascontiguousarray(x, np.float32)
+        y = np.empty(mat.rows, np.float32)
+        self.lib_.rwkv_set_threads(int(self.threads or 0))
+        self.lib_.rwkv_gemv(ctypes.byref(self.model_), ctypes.byref(mat), x.ctypes.data, y.ctypes.data)
+        return y
+
+
+@register_runtime
+class RWKVCRuntime(Runtime):
+    name = "rwkv-c"
+    contract_fixture = "rwkv-c"
+    formats = ("rwkv-c",)
+    multi_input = True  # a step: {"token": (B,), "att_x": (B, L, C), "ffn_x": ..., "wkv": (B, L, H, N, N)}
+    description = ("RWKV-7 decoder in C (gcc -O3 -mavx2 -mfma -fopenmp): 4-bit block linears on an int8-activation "
+                   "AVX2 kernel, batch-1 steps through ctypes")
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        why = why_unavailable()
+        return (not why), why
+
+    def _load(self, artifact: Artifact) -> None:
+        self.decoder_ = RWKVCDecoder(artifact.path, threads=self.threads)
+
+    def _run(self, x) -> tuple:
+        if isinstance(x, dict):
+            return self._run_step(x)
+        if x.dtype.kind not in "iu" or x.ndim != 2:
+            raise EdgesmithError(f"the rwkv-c runtime takes token ids (batch, time) of integers, not {x.dtype} "
+                                 f"{tuple(x.shape)}.", "pass int64 token ids shaped (batch, time).")
+        dec = self.decoder_
+        out = np.empty((*x.shape, dec.vocab_size), np.float32)
+        for b in range(x.shape[0]):  # every sequence from the starting state, as the torch model's forward
+            dec.reset()
+            for t in range(x.shape[1]):
+                out[b, t] = dec.step(int(x[b, t]))
+        return out, {"threads": self.threads or "all cores", "tokens": int(x.size)}
+
+    def _run_step(self, feed: dict) -> tuple[dict, dict]:
+        """One token per sequence with the state given (the step interface of ``runtimes.stateful``): each
+        sequence's state is copied in, stepped, and copied out."""
+        dec = self.decoder_
+        own = {"att_x": dec.att_x_, "ffn_x": dec.ffn_x_, "wkv": dec.wkv_}
+        missing = [k for k in ("token", *own) if k not in feed]
+        if missing:
+            raise EdgesmithError(f"a step of the rwkv-c runtime needs {', '.join(missing)}.",
+                                 "feed token, att_x, ffn_x and wkv (runtimes.stateful.step_feed does).")
+        tokens = np.asarray(feed["token"]).reshape(-1)
+        for k, a in own.items():
+            if feed[k].shape != (len(tokens), *a.shape):
+                raise EdgesmithError(f"state {k} has shape {feed[k].shape}, the model's is (batch, "
+                                     f"{', '.join(map(str, a.shape))}).", "start from runtimes.stateful.zero_state.")
+        out = {"logits": np.empty((len(tokens), dec.vocab_size), np.float32),
+               **{f"{k}_out": np.empty_like(feed[k], dtype=np.float32) for k in own}}
+        for b, token in enumerate(tokens):
+            for k, a in own.items():
+                np.copyto(a, feed[k][b])
+            out["logits"][b] = dec.step(int(token))
+            for k, a in own.items():
+                out[f"{k}_out"][b] = a
+        return out, {"threads": self.threads or "all cores", "tokens": int(len(tokens))}

@@ -1,0 +1,157 @@
+"""The C RWKV-7 decoder: fp32 steps reproduce the torch model, the 4-bit kernel computes exactly the integer
+arithmetic it documents, and thread count, restarts and bad input behave."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from edgesmith.common import EdgesmithError
+from edgesmith.compress import Artifact, PassContext, apply_pass
+from edgesmith.compress.export_rwkv_c import ExportRWKVCConfig, from_quad, unpack_nibbles
+from edgesmith.models.rwkv.base import RWKVConfig
+from edgesmith.models.rwkv.checkpoint import build_model
+from edgesmith.runtimes import get_runtime
+from edgesmith.runtimes.rwkv_c_rt import RWKVCDecoder, why_unavailable
+
+pytestmark = pytest.mark.skipif(bool(why_unavailable()), reason=why_unavailable() or "available")
+
+
+def rwkv7(n_embd: int = 128, head_size: int = 32, n_layer: int = 2):
+    """Weights moved off their init (zero output projections, flat LoRAs) so every path carries signal."""
+    torch.manual_seed(0)
+    m = build_model(RWKVConfig(version=7, n_layer=n_layer, n_embd=n_embd, head_size=head_size)).eval()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if p.ndim == 2 and name.endswith(".weight"):
+                p.normal_(0, p.shape[1] ** -0.5)
+            else:
+                p.add_(0.1 * torch.randn_like(p))
+        m.emb.weight.normal_(0, 1)
+    return m
+
+
+def export(model, tmp_path, **options):
+    return apply_pass(Artifact("torch", module=model), ExportRWKVCConfig(**options),
+                      PassContext(workdir=tmp_path)).artifact
+
+
+def torch_logits(model, tokens) -> np.ndarray:
+    with torch.no_grad():
+        return model(torch.as_tensor(tokens)[None])[0][0].numpy()
+
+
+def exact_q4(dec: RWKVCDecoder, name: str, x: np.ndarray) -> np.ndarray:
+    """The kernel's arithmetic in float64: int8 activations per group (scale max|x| / 127, round half to even),
+    integer products with the 4-bit codes, zero points through the group's code sum, then the two scales."""
+    a = dec.arrays_
+    q = unpack_nibbles(a[f"{name}.q"]).astype(np.float64)
+    s, z = from_quad(a[f"{name}.s"]).astype(np.float64), from_quad(a[f"{name}.z"]).astype(np.float64)
+    rows, ng = s.shape
+    xg = x.astype(np.float32).reshape(ng, -1)
+    m = np.abs(xg).max(1)
+    xq = np.round(xg * (np.float32(127) / m)[:, None]).astype(np.float64)
+    xs = (m / np.float32(127)).astype(np.float64)
+    isum = (q.reshape(rows, ng, -1) * xq[None]).sum(-1) - z * xq.sum(-1)[None]
+    return (isum * s * xs[None]).sum(1)
+
+
+def test_fp32_steps_reproduce_the_torch_model(tmp_path):
+    model = rwkv7()
+    model.init_wkv = 0.1 * torch.randn(2, 4, 32, 32)  # a state-tuned start: the decoder must begin from it
+    tokens = np.random.default_rng(0).integers(0, 256, 24)
+    dec = RWKVCDecoder(export(model, tmp_path).path, threads=1)
+    got = np.stack([dec.step(int(t)) for t in tokens])
+    np.testing.assert_allclose(got, torch_logits(model, tokens), atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("group", [64, 128])
+def test_the_4bit_kernel_computes_its_documented_integer_arithmetic(tmp_path, group):
+    dec = RWKVCDecoder(export(rwkv7(n_embd=256), tmp_path, weights="int4", group=group).path, threads=1)
+    rng = np.random.default_rng(1)
+    for name, n_in in (("L0.fk", 256), ("L1.fv", 1024), ("L0.r", 256)):
+        x = rng.normal(size=n_in).astype(np.float32)
+        x[3] = 40.0  # an outlier: its group's scale differs from the others'
+        ref = exact_q4(dec, name, x)
+        np.testing.assert_allclose(dec.gemv(name, x), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+def test_4bit_decoding_stays_close_to_the_quantized_torch_model(tmp_path):
+    from edgesmith.bench.benchmarks.rwkv_decode_speed import quantize_rtn
+
+    q = quantize_rtn(rwkv7(), 4, 64)
+    tokens = np.random.default_rng(2).integers(0, 256, 16)
+    ref = torch_logits(q, tokens)
+    dec = RWKVCDecoder(export(q, tmp_path).path, threads=1)
+    got = np.stack([dec.step(int(t)) for t in tokens])
+    # the weights are the same codes; what differs is the int8 rounding of the activations (as MatMulNBits does)
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 0.03
+    assert (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.8
+
+
+def test_rwkvquant_models_decode_with_their_vq_layers_in_fp32(tmp_path):
+    from edgesmith.compress.rwkvquant import make_config, quantize_rwkv
+
+    model = rwkv7(n_embd=128)
+    calib = np.random.default_rng(3).integers(0, 256, (8, 64))
+    q, _ = quantize_rwkv(model, calib, make_config("rwkvquant", bits=3, seed=0))
+    res = apply_pass(Artifact("torch", module=q), ExportRWKVCConfig(), PassContext(workdir=tmp_path))
+    actions = {r.action for r in res.report.layers}
+    assert "quantized" in actions  # its SQ layers kept as codes
+    tokens = np.random.default_rng(4).integers(0, 256, 12)
+    got = np.stack([step for step in map(RWKVCDecoder(res.artifact.path).step, map(int, tokens))])
+    ref = torch_logits(q, tokens)
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 0.03
+
+
+def test_threads_split_rows_without_changing_a_bit(tmp_path):
+    path = export(rwkv7(), tmp_path, weights="int4").path
+    tokens = [5, 17, 200, 3, 3, 99]
+    one, two = RWKVCDecoder(path, threads=1), RWKVCDecoder(path, threads=2)
+    for t in tokens:
+        np.testing.assert_array_equal(one.step(t), two.step(t))
+
+
+def test_runtime_runs_each_sequence_from_the_start(tmp_path):
+    rt = get_runtime("rwkv-c", threads=1).load(export(rwkv7(), tmp_path))
+    res = rt.run(np.array([[1, 2, 3], [1, 2, 3], [7, 2, 3]]))
+    assert res.outputs.shape == (3, 3, 256) and res.outputs.dtype == np.float32
+    np.testing.assert_array_equal(res.outputs[0], res.outputs[1])
+    assert not np.array_equal(res.outputs[0, 2], res.outputs[2, 2])
+    assert res.stats["tokens"] == 9
+
+
+def test_bad_tokens_and_damaged_files_are_user_errors(tmp_path):
+    art = export(rwkv7(), tmp_path / "ok")
+    rt = get_runtime("rwkv-c", threads=1).load(art)
+    with pytest.raises(EdgesmithError, match="outside the vocabulary"):
+        rt.run(np.array([[1, 256]]))
+    with pytest.raises(EdgesmithError, match="token ids"):
+        rt.run(np.array([[0.5, 1.0]]))
+    bad = tmp_path / "bad.rwkvc.npz"
+    bad.write_bytes(art.path.read_bytes()[:1000])
+    with pytest.raises(EdgesmithError, match="not an export-rwkv-c file"):
+        get_runtime("rwkv-c").load(Artifact("rwkv-c", path=bad))
+    with np.load(art.path) as z:
+        arrays = {k: z[k] for k in z.files if k != "L1.fv.w"}
+    np.savez(tmp_path / "short.rwkvc.npz", **arrays)
+    with pytest.raises(EdgesmithError, match="L1.fv"):
+        get_runtime("rwkv-c").load(Artifact("rwkv-c", path=tmp_path / "short.rwkvc.npz"))
+
+
+def test_steps_with_the_state_fed_back_match_whole_sequences(tmp_path):
+    from edgesmith.runtimes.stateful import recurrent_spec, run_sequence
+
+    model = rwkv7()
+    model.init_wkv = 0.1 * torch.randn(2, 4, 32, 32)
+    art = export(model, tmp_path)
+    assert (tmp_path / "model.rwkvc.npz.init.npz").exists()  # the trained start, where stateful looks for it
+    rt = get_runtime("rwkv-c", threads=1).load(art)
+    tokens = np.random.default_rng(5).integers(0, 256, (2, 7))
+    stepped, stats = run_sequence(rt, recurrent_spec(art.meta), tokens)
+    np.testing.assert_array_equal(stepped, rt.run(tokens).outputs)
+    assert stats["steps"] == 7
+    np.testing.assert_allclose(stepped[1], torch_logits(model, tokens[1]), atol=2e-5, rtol=1e-4)
+    with pytest.raises(EdgesmithError, match="state wkv has shape"):
+        rt.run({"token": np.array([1]), "att_x": np.zeros((1, 2, 128), np.float32),
+                "ffn_x": np.zeros((1, 2, 128), np.float32), "wkv": np.zeros((1, 2, 4, 32), np.float32)})
