@@ -193,6 +193,11 @@ def _workload(art: Artifact, producer, kind, activity: dict | None) -> Workload:
         work = workload_from_onnx(art.path, input_shapes=shapes)
     elif art.format == "torch":
         work = workload_from_module(art.module, producer.input_shape)
+    elif art.format == "rwkv-c":  # the C decoder: one token per call, every matrix read once
+        return Workload(macs=float(art.meta["macs_per_token"]), weight_bytes=float(art.meta["bytes_per_token"]),
+                        precision=art.meta.get("precision", "fp32"), n_layers=int(art.meta["rwkv_c"]["n_layer"]),
+                        source="export-rwkv-c: every matrix's rows x cols MACs and the bytes the decoder reads per "
+                               "token (4-bit codes, scales and zero points, fp32 layers, one embedding row, state)")
     else:  # trees, C: comparisons and lookups, no multiply-accumulates to count
         weight_bytes = art.meta.get("weight_bytes", art.size_bytes())  # a C file's tables, not its source text
         return Workload(weight_bytes=float(weight_bytes), n_layers=1,

@@ -174,6 +174,32 @@ def select_variants(target: str, variants: list[Variant], wanted, unavailable: d
     return [v for v in variants if v.name in set(wanted)]
 
 
+def with_decoders(variants: list[Variant], producer, kopts) -> tuple[list[Variant], list[str]]:
+    """Token-LM variants for the decoders asked (``kopts.decoders``): the step graphs as planned (onnxruntime)
+    and/or each variant again written by ``export-rwkv-c`` for the C decoder (name + "-c"), with a note where
+    the C decoder cannot take the model."""
+    from edgesmith.compress.export_rwkv_c import ExportRWKVCConfig, why_unavailable
+
+    out = list(variants) if "onnxruntime" in kopts.decoders else []
+    if "rwkv-c" not in kopts.decoders:
+        return out, []
+    cfg = getattr(getattr(producer, "module", None), "cfg", None)
+    why = why_unavailable() or ("" if getattr(cfg, "version", None) == 7 else
+                                "the C decoder runs RWKV-7 language models (torch); this model is "
+                                + (f"RWKV-{cfg.version}" if cfg is not None else f"a {producer.native_format} model"))
+    if why:
+        if not out:
+            raise EdgesmithError(f"decoders=[rwkv-c] cannot decode {producer.name}: {why}.",
+                                 "use --option decoders=onnxruntime (the step graphs).")
+        return out, [f"rwkv-c left out: {why}"]
+    for v in variants:
+        out.append(Variant(f"{v.name}-c", v.passes[:-1] + [ExportRWKVCConfig()], ["rwkv-c"],
+                           v.description.replace("step graph", "C decoder") + " (4-bit SQ codes as they are, "
+                           "other layers fp32)"))
+    return out, ["-c variants: the C decoder (export-rwkv-c, runtime rwkv-c), one token per call, batch 1 per "
+                 "sequence, state copied in and out per step"]
+
+
 def onnx_export(producer) -> list:
     """The pass that turns the producer's model into ONNX: none when it already is ONNX."""
     from edgesmith.compress.export_onnx import ExportOnnxConfig
@@ -313,8 +339,9 @@ class HostCpu(Target):
         if "requantize" in hints:  # a model quantized earlier: its own step graph only
             variants = [Variant("as-given", [ExportStepOnnxConfig()], ["onnxruntime"],
                                 f"the model as given, step graph ({hints['requantize']})")]
+            variants, c_notes = with_decoders(variants, producer, kopts)
             return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance,
-                        [f"no quantizer variants: {hints['requantize']}"])
+                        [f"no quantizer variants: {hints['requantize']}"] + c_notes)
         variants = [Variant("fp32", [ExportStepOnnxConfig()], ["onnxruntime"], "fp32 step graph")]
         for method in kopts.methods:
             for bits in kopts.bits:
@@ -330,9 +357,10 @@ class HostCpu(Target):
                 variants.append(Variant(name, [q, ExportStepOnnxConfig()],
                                         ["onnxruntime"], f"{method} {bits}-bit weights, step graph "
                                         "(4-bit SQ layers as MatMulNBits, VQ layers as Gather-dequantize)"))
+        variants, c_notes = with_decoders(variants, producer, kopts)
         notes = ["perplexity is scored on the step graph itself, fed one token at a time with its state carried",
                  "decode speed: one step (one new token per sequence) timed in a fresh process; tokens/s = "
-                 "batch / p50"]
+                 "batch / p50"] + c_notes
         return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance, notes)
 
     def plan_stream(self, producer, options: PlanOptions, kopts) -> Plan:

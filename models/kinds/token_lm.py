@@ -13,6 +13,7 @@ from typing import ClassVar
 from edgesmith.models.kinds.base import Kind, KindOptions, Speed, option, register_kind
 
 METHODS = ("rwkv-rtn", "rwkv-gptq", "rwkv-gptvq", "rwkvquant")
+DECODERS = ("onnxruntime", "rwkv-c")
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,8 @@ class TokenLmOptions(KindOptions):
                                     "RWKVQuant's): columns per 4-bit scale (0 = off; the paper's scripts: 32)")
     sequential: bool = option(False, "block-sequential calibration for the calibrated quantizers: each block's "
                                      "Hessians from the quantized blocks before it (reference GPTQ's way)")
+    decoders: tuple[str, ...] = option(("onnxruntime",), "where each variant decodes: onnxruntime (its step graph) "
+                                                          "and/or rwkv-c (the C decoder of RWKV-7, export-rwkv-c)")
 
     def validate(self) -> None:
         methods, bits = tuple(self.methods), tuple(self.bits)
@@ -43,6 +46,9 @@ class TokenLmOptions(KindOptions):
         b = self.vq_scale_block
         if isinstance(b, bool) or not isinstance(b, int) or b < 0 or b % 2 or b > 4096:
             self._fail("vq_scale_block", f"is {b!r}", "use an even number of columns up to 4096, e.g. 32, or 0 (off).")
+        decoders = tuple(self.decoders)
+        if not decoders or any(d not in DECODERS for d in decoders) or len(set(decoders)) != len(decoders):
+            self._fail("decoders", f"is {list(decoders)!r}", f"choose one or both of {', '.join(DECODERS)}.")
         for name in ("quantize_vectors", "symmetric", "sequential"):
             if not isinstance(getattr(self, name), bool):
                 self._fail(name, f"is {getattr(self, name)!r}", "use true or false.")

@@ -156,3 +156,26 @@ def test_sequential_calibration_is_a_token_lm_option_named_only_on_the_calibrate
     with pytest.raises(EdgesmithError, match="sequential"):
         get_target("host-cpu").plan(SimpleNamespace(name="m", kind="token-lm", native_format="torch"),
                                     PlanOptions(options={"sequential": "yes"}))
+
+
+def test_the_c_decoder_is_a_token_lm_option_for_rwkv7_models_only():
+    from edgesmith.models.rwkv.base import RWKVConfig
+
+    seven = SimpleNamespace(name="m", kind="token-lm", native_format="torch",
+                            module=SimpleNamespace(cfg=RWKVConfig(version=7)))
+    opts = {"methods": ["rwkv-gptq"], "bits": [4]}
+    plan = get_target("host-cpu").plan(seven, PlanOptions(options={**opts, "decoders": ["onnxruntime", "rwkv-c"]}))
+    by = _by_name(plan)
+    assert list(by) == ["fp32", "gptq-4bit", "fp32-c", "gptq-4bit-c"]
+    assert [p.kind for p in by["gptq-4bit-c"].passes] == ["rwkv-gptq", "export-rwkv-c"]
+    assert by["gptq-4bit-c"].runtimes == ["rwkv-c"]
+    only_c = _by_name(get_target("host-cpu").plan(seven, PlanOptions(options={**opts, "decoders": ["rwkv-c"]})))
+    assert list(only_c) == ["fp32-c", "gptq-4bit-c"]
+    six = SimpleNamespace(name="m6", kind="token-lm", native_format="torch",
+                          module=SimpleNamespace(cfg=RWKVConfig(version=6)))
+    both = get_target("host-cpu").plan(six, PlanOptions(options={**opts, "decoders": ["onnxruntime", "rwkv-c"]}))
+    assert list(_by_name(both)) == ["fp32", "gptq-4bit"] and any("RWKV-6" in n for n in both.notes)
+    with pytest.raises(EdgesmithError, match="RWKV-6"):
+        get_target("host-cpu").plan(six, PlanOptions(options={**opts, "decoders": ["rwkv-c"]}))
+    with pytest.raises(EdgesmithError, match="decoders"):
+        get_target("host-cpu").plan(seven, PlanOptions(options={"decoders": ["tvm"]}))
