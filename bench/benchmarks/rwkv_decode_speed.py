@@ -1,7 +1,9 @@
-"""Decode speed of the RWKV step in onnxruntime against the memory bound: fp32, weight-only 4-bit, RWKVQuant.
+"""Decode speed of the RWKV step in onnxruntime and in the C decoder against the memory bound: fp32, weight-only
+4-bit, RWKVQuant.
 
     python -m edgesmith.bench.benchmarks.rwkv_decode_speed [--version 7] [--n-layer 4] [--n-embd 1024] \
-        [--tokens 64] [--threads 1 0] [--no-rwkvquant] [--out bench/results/rwkv_decode/decode.json]
+        [--tokens 64] [--threads 1 0] [--no-rwkvquant] [--runtimes onnxruntime rwkv-c] \
+        [--out bench/results/rwkv_decode/decode.json]
 
 The model has random weights (speed does not depend on their values) and is large enough that its
 fp32 linear weights (hundreds of MB) cannot stay in the CPU cache, so each token streams every
@@ -11,7 +13,9 @@ stored) and symmetric ones ("int4-sym", none stored: onnxruntime's kernel skips 
 4 bits (its SQ layers as MatMulNBits, its VQ layers as a Gather of their codebooks that onnxruntime folds
 to an fp32 weight at load, and again with them as exact 8-bit MatMulNBits, ``vq_form="int8"``). Embedding lookup, LoRAs and head stay fp32 in all. Each is exported twice: the
 deploy graph (batch dimension dynamic, what ``edgesmith deploy`` writes) and the decode graph
-(``export_step_onnx(batch=1)``: every shape static, so onnxruntime folds the shape arithmetic away).
+(``export_step_onnx(batch=1)``: every shape static, so onnxruntime folds the shape arithmetic away). With
+``rwkv-c`` among ``--runtimes`` (RWKV-7 only), each model is also written by ``export-rwkv-c`` and decoded by the
+C decoder ("c": 4-bit codes as they are, on its AVX2 integer kernel; fp32 and VQ layers in fp32).
 
 The bound: the bytes one token must move (every initializer onnxruntime keeps, except that an embedding
 table is read one row; plus the recurrent state read and written) divided by the read bandwidth measured
@@ -33,7 +37,8 @@ import numpy as np
 import onnx
 import torch
 
-from edgesmith.compress import Artifact
+from edgesmith.compress import Artifact, PassContext, apply_pass
+from edgesmith.compress.export_rwkv_c import ExportRWKVCConfig
 from edgesmith.compress.export_step import export_step_onnx, step_greedy_ort, torch_greedy
 from edgesmith.compress.rwkvquant.rtn import rtn_quantize
 from edgesmith.compress.rwkvquant.rwkvquant import linear_modules
@@ -58,6 +63,50 @@ class StepDecoder:
     def step(self, token: int, state: dict):
         named = self.rt.run(step_feed(self.spec, np.array([token], np.int64), state)).named
         return named[self.spec["output"]][0], {i: named[o] for i, o in self.spec["state"]}
+
+
+class CDecoder:
+    """The C decoder (``export-rwkv-c``, runtime ``rwkv-c``) behind StepDecoder's interface: its state lives in
+    the decoder, so ``zero_state`` resets it and the state passed around is None."""
+
+    def __init__(self, path: Path, threads: int):
+        from edgesmith.runtimes.rwkv_c_rt import RWKVCDecoder
+
+        self.dec = RWKVCDecoder(path, threads=threads)
+
+    def zero_state(self):
+        self.dec.reset()
+
+    def step(self, token: int, state):
+        return self.dec.step(token), None
+
+
+def c_greedy(path: Path, prompt: list[int], n: int) -> list[int]:
+    dec = CDecoder(path, threads=1).dec
+    for t in prompt:
+        logits = dec.step(t)
+    out = []
+    for _ in range(n):
+        out.append(int(np.argmax(logits)))
+        logits = dec.step(out[-1])
+    return out
+
+
+def c_kernel_in_cache(path: Path, threads: int, name: str = "L0.fk", reps: int = 200) -> dict:
+    """The C decoder's own 4-bit kernel on one of the model's matrices, repeated so it stays in the cache (the
+    L3 for a 1024 x 4096 matrix): its rate when DRAM is not what limits it, call overhead included."""
+    from edgesmith.runtimes.rwkv_c_rt import RWKVCDecoder
+
+    dec = RWKVCDecoder(path, threads=threads)
+    x = np.random.default_rng(0).standard_normal(dec.sizes_["C"]).astype(np.float32)
+    for _ in range(20):
+        dec.gemv(name, x)
+    t = time.perf_counter()
+    for _ in range(reps):
+        dec.gemv(name, x)
+    dt = (time.perf_counter() - t) / reps
+    n = dec.sizes_["C"] * dec.sizes_["F"]
+    return {"matrix": name, "us": dt * 1e6, "Gweights_per_s": n / dt / 1e9}
 
 
 def random_model(version: int, n_layer: int, n_embd: int, head_size: int, seed: int = 0):
@@ -283,8 +332,13 @@ def main(argv=None) -> int:
     ap.add_argument("--no-rwkvquant", action="store_true", help="skip the RWKVQuant graph (it takes a minute)")
     ap.add_argument("--symmetric-ab", action="store_true",
                     help="only the int4 decode graphs, asymmetric vs symmetric, rounds interleaved and paired")
+    ap.add_argument("--runtimes", nargs="+", default=["onnxruntime", "rwkv-c"], choices=("onnxruntime", "rwkv-c"),
+                    help="onnxruntime: the deploy and decode step graphs; rwkv-c: the C decoder (export-rwkv-c)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
+    if a.version != 7 and "rwkv-c" in a.runtimes:
+        print("the C decoder runs RWKV-7 only: measuring onnxruntime alone")
+        a.runtimes = [r for r in a.runtimes if r != "rwkv-c"]
     threads = sorted({t if t > 0 else os.cpu_count() for t in a.threads})
     torch.set_num_threads(max(threads))
     m = random_model(a.version, a.n_layer, a.n_embd, a.head_size)
@@ -308,18 +362,34 @@ def main(argv=None) -> int:
         variants = [(name, mod, "gather") for name, mod in models.items()]
         if not a.no_rwkvquant:
             variants.append((f"rwkvquant-{a.bits}bit-int8vq", models[f"rwkvquant-{a.bits}bit"], "int8"))
+        graphs = ([("deploy", None), ("decode", 1)] if "onnxruntime" in a.runtimes else []) + \
+            ([("c", None)] if "rwkv-c" in a.runtimes else [])
         for name, mod, vq_form in variants:
             reference = torch_greedy(mod, prompt, 16)
-            for graph, batch in (("deploy", None), ("decode", 1)):
-                path = Path(tmp) / f"{name}-{graph}.onnx"
-                out = export_step_onnx(mod, path, accuracy_level=4, batch=batch, vq_form=vq_form)
-                spec = out["recurrent"]
-                moved = bytes_per_token(path, spec)
-                entry = {"graph": graph, "matmulnbits": out["matmulnbits"], "vq_gather": out["vq_gather"],
-                         "vq_int8": out["vq_int8"], "nodes": out["nodes"],
-                         "bytes_per_token": moved, "same_tokens_as_torch": step_greedy_ort(path, prompt, 16) == reference}
+            for graph, batch in graphs:
+                if graph == "c":
+                    if vq_form == "int8":  # the C decoder has one form of VQ layers (fp32), measured once
+                        continue
+                    path = Path(tmp) / f"{name}.rwkvc.npz"
+                    exp = apply_pass(Artifact("torch", module=mod), ExportRWKVCConfig(), PassContext(workdir=Path(tmp) / name))
+                    exp.artifact.path.replace(path)
+                    moved = {"total": exp.report.extra["bytes_per_token"]}
+                    entry = {"graph": graph, "runtime": "rwkv-c", "bytes_per_token": moved,
+                             "linears": {r.name: r.action for r in exp.report.layers},
+                             "same_tokens_as_torch": c_greedy(path, prompt, 16) == reference}
+                    make_decoder = lambda t, path=path: CDecoder(path, threads=t)  # noqa: E731
+                else:
+                    path = Path(tmp) / f"{name}-{graph}.onnx"
+                    out = export_step_onnx(mod, path, accuracy_level=4, batch=batch, vq_form=vq_form)
+                    spec = out["recurrent"]
+                    moved = bytes_per_token(path, spec)
+                    entry = {"graph": graph, "runtime": "onnxruntime", "matmulnbits": out["matmulnbits"],
+                             "vq_gather": out["vq_gather"], "vq_int8": out["vq_int8"], "nodes": out["nodes"],
+                             "bytes_per_token": moved,
+                             "same_tokens_as_torch": step_greedy_ort(path, prompt, 16) == reference}
+                    make_decoder = lambda t, path=path, spec=spec: StepDecoder(path, spec, threads=t)  # noqa: E731
                 for t in threads:
-                    dec = StepDecoder(path, spec, threads=t)
+                    dec = make_decoder(t)
                     runs, bounds = [], []
                     for _ in range(a.rounds):  # the bound probed right before each round: both see the same load
                         bw = probe(t)
@@ -330,6 +400,8 @@ def main(argv=None) -> int:
                                      "bound_tokens_per_s": statistics.median(bounds), "bounds": bounds,
                                      "times_bound": statistics.median(b / r for b, r in zip(bounds, runs))}
                     rows.append((name, graph, t, moved["total"], entry[str(t)]))
+                    if name == f"int{a.bits}" and graph == "c":
+                        entry[str(t)]["c_kernel_in_cache"] = c_kernel_in_cache(path, t)
                     if name in (f"int{a.bits}", f"int{a.bits}-sym") and graph == "decode":
                         zp = name == f"int{a.bits}"  # the asymmetric grid stores zero points, the symmetric none
                         entry[str(t)]["profile"] = op_profile(path, spec, t)
@@ -356,7 +428,11 @@ def main(argv=None) -> int:
     for name, graph, t, moved, r in rows:
         print(f"| {name} | {graph} | {t} | {moved / 1e6:.1f} | {r['tokens_per_s']:.1f} | {r['bound_tokens_per_s']:.1f} "
               f"| {r['times_bound']:.2f} | {r['times_best_bound']:.2f} |")
-    for name in (f"int{a.bits}", f"int{a.bits}-sym"):
+    for t in threads:
+        c = res["graphs"].get(f"int{a.bits}/c", {}).get(str(t), {}).get("c_kernel_in_cache")
+        if c:
+            print(f"C decoder's 4-bit kernel, {t} thread(s), in cache ({c['matrix']}): {c['Gweights_per_s']:.1f} G weights/s")
+    for name in (f"int{a.bits}", f"int{a.bits}-sym") if "onnxruntime" in a.runtimes else ():
         for t in threads:
             prof = res["graphs"][f"{name}/decode"][str(t)]["profile"]
             top = ", ".join(f"{op} {us:.0f}" for op, us in list(prof["kernel_us_per_step"].items())[:5])
