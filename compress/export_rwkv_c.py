@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
-import torch
 
 from edgesmith.common import EdgesmithError, atomic_path
 from edgesmith.compress.base import INIT_SUFFIX, Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult, register_pass
@@ -128,7 +127,7 @@ def linear_arrays(module, name: str, config: ExportRWKVCConfig) -> tuple[dict, L
     from edgesmith.compress.rwkvquant.rtn import rtn_quantize
 
     q = getattr(module, "q", None)
-    w = module.weight.detach().to(torch.float32)
+    w = module.weight.detach().float()
     rows, cols = w.shape
     if q is None and config.weights == "int4" and cols % config.group == 0 and rows % QUAD == 0:
         q, how = rtn_quantize(w, 4, config.group), f"rounded to 4 bits here (RTN, group {config.group})"
@@ -144,7 +143,7 @@ def linear_arrays(module, name: str, config: ExportRWKVCConfig) -> tuple[dict, L
         return {f"{name}.w": np.ascontiguousarray(w.numpy())}, LayerReport(name, action, 32.0, rows * cols, reason=how)
     ng = cols // q.group_size
     arrays = {f"{name}.q": pack_nibbles(q.codes.numpy()),
-              f"{name}.s": by_quad(q.scales.to(torch.float32).numpy().reshape(rows, ng)),
+              f"{name}.s": by_quad(q.scales.float().numpy().reshape(rows, ng)),
               f"{name}.z": by_quad(q.zeros.numpy().astype(np.uint8).reshape(rows, ng))}
     bits = 4 + (32 + 8) / q.group_size
     return arrays, LayerReport(name, "quantized", bits, rows * cols, reason=how)
@@ -159,11 +158,11 @@ def model_arrays(model, config: ExportRWKVCConfig) -> tuple[dict, dict, list[Lay
     if cfg.head_size > 256:
         raise EdgesmithError(f"export-rwkv-c takes heads of at most 256 channels; this model's are {cfg.head_size}.",
                              "export it with export-step-onnx instead.")
-    f32 = lambda t: np.ascontiguousarray(t.detach().to(torch.float32).numpy().reshape(-1))  # noqa: E731
-    arrays = {"emb": np.ascontiguousarray(model.emb.weight.detach().to(torch.float32).numpy()),
+    f32 = lambda t: np.ascontiguousarray(t.detach().float().numpy().reshape(-1))  # noqa: E731
+    arrays = {"emb": np.ascontiguousarray(model.emb.weight.detach().float().numpy()),
               "ln0_w": f32(model.blocks[0].ln0.weight), "ln0_b": f32(model.blocks[0].ln0.bias),
               "lnout_w": f32(model.ln_out.weight), "lnout_b": f32(model.ln_out.bias),
-              "head.w": np.ascontiguousarray(model.head.weight.detach().to(torch.float32).numpy())}
+              "head.w": np.ascontiguousarray(model.head.weight.detach().float().numpy())}
     reports = []
     for i, blk in enumerate(model.blocks):
         p = f"L{i}."
@@ -174,7 +173,7 @@ def model_arrays(model, config: ExportRWKVCConfig) -> tuple[dict, dict, list[Lay
             for v in names:
                 arrays[p + ("ffn_x_k" if part == "ffn" else v)] = f32(getattr(getattr(blk, part), v))
         for lora in LORAS:  # x @ A: the decoder computes A^T x, so A is stored (out, in)
-            arrays[p + lora + ".w"] = np.ascontiguousarray(getattr(blk.att, lora).detach().to(torch.float32).numpy().T)
+            arrays[p + lora + ".w"] = np.ascontiguousarray(getattr(blk.att, lora).detach().float().numpy().T)
         for part, attr, short in BLOCK_LINEARS:
             a, rep = linear_arrays(getattr(getattr(blk, part), attr), p + short, config)
             arrays.update(a)
@@ -182,7 +181,7 @@ def model_arrays(model, config: ExportRWKVCConfig) -> tuple[dict, dict, list[Lay
     sizes = {"n_layer": cfg.n_layer, "C": cfg.n_embd, "H": cfg.n_head, "N": cfg.head_size, "V": cfg.vocab_size,
              "F": cfg.dim_ffn, "D": max(cfg.d_decay_lora, cfg.d_aaa_lora, cfg.d_mv_lora, cfg.d_gate_lora)}
     if getattr(model, "init_wkv", None) is not None:
-        arrays["init_wkv"] = np.ascontiguousarray(model.init_wkv.detach().to(torch.float32).numpy())
+        arrays["init_wkv"] = np.ascontiguousarray(model.init_wkv.detach().float().numpy())
     return arrays, sizes, reports
 
 

@@ -155,3 +155,12 @@ def test_steps_with_the_state_fed_back_match_whole_sequences(tmp_path):
     with pytest.raises(EdgesmithError, match="state wkv has shape"):
         rt.run({"token": np.array([1]), "att_x": np.zeros((1, 2, 128), np.float32),
                 "ffn_x": np.zeros((1, 2, 128), np.float32), "wkv": np.zeros((1, 2, 4, 32), np.float32)})
+
+
+def test_loading_the_decoder_does_not_import_torch():
+    # deploy times each artifact in a fresh process: the C decoder's must not carry torch's memory and start-up
+    import subprocess
+    import sys
+
+    code = "import sys, edgesmith.runtimes.rwkv_c_rt; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
