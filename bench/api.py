@@ -80,12 +80,16 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
            model_options: dict | None = None, force: bool = False, dtype: str = "fp16",
            options: dict | None = None) -> Path:
     """Write ``model`` with its kind's export pass (ONNX: a graph, a step graph or a tree ensemble; ``options``
-    go to that pass's config, e.g. ``{"batch": 1, "vq_form": "int8"}`` for a token-lm decode graph); an RWKV model
+    go to that pass's config, e.g. ``{"batch": 1, "vq_form": "int8"}`` for a token-lm decode graph); an RWKV-7 model
+    to ``out.rwkvc.npz`` with ``export-rwkv-c`` (the C decoder's file, ``{"weights": "int4"}`` to round fp32
+    linears to 4 bits); an RWKV model
     (a producer, an official checkpoint, an edgesmith quantized one) to ``out.pth`` becomes an official-layout
     checkpoint in ``dtype`` (fp16, bf16, fp32), quantized weights dequantized, that BlinkDL's ``rwkv`` package loads."""
     from edgesmith.bench.deploy import source_artifact
     from edgesmith.bench.sources.base import UserRequest, resolve_model
     from edgesmith.compress import PassContext, config_from_dict, run_passes
+    from edgesmith.compress.base import INIT_SUFFIX
+    from edgesmith.compress.export_rwkv_c import SUFFIX as RWKV_C_SUFFIX
     from edgesmith.models.kinds import get_kind
 
     out = Path(out)
@@ -101,7 +105,9 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
     kind = get_kind(source.kind)
     kind.check_producer(source)
     producer = source.build()
-    config = config_from_dict({"kind": kind.export_pass, **({"opset": opset} if opset else {}), **(options or {})})
+    c_decoder = out.name.endswith(RWKV_C_SUFFIX)  # the C decoder's file (RWKV-7), not the kind's ONNX export
+    config = config_from_dict({"kind": "export-rwkv-c" if c_decoder else kind.export_pass,
+                               **({"opset": opset} if opset and not c_decoder else {}), **(options or {})})
     try:
         example = producer.example_inputs(1)
     except EdgesmithError:  # a user's model without data: a step graph needs none, a pass that does says so
@@ -109,8 +115,12 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
     with tempfile.TemporaryDirectory() as work:
         art, _ = run_passes(source_artifact(producer), [config], PassContext(
             workdir=Path(work), example_input=example, seed=seed))
-        with atomic_path(out, force=force) as tmp:
+        # a state-tuned model's starting state travels beside it: both arrive or neither
+        sidecar = Path(str(art.path) + INIT_SUFFIX)
+        with atomic_files([out, Path(str(out) + INIT_SUFFIX)], force=force) as (tmp, init):
             shutil.copyfile(art.path, tmp)
+            if sidecar.exists():
+                shutil.copyfile(sidecar, init)
     return out
 
 

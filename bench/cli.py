@@ -286,10 +286,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("kinds", help="list model kinds and their options").set_defaults(func=cmd_kinds)
     sub.add_parser("passes", help="list compression/export passes and their options").set_defaults(func=cmd_passes)
 
-    p = sub.add_parser("export", help="write a producer's model with its kind's export pass (ONNX), or an RWKV model "
-                                      "(quantized too) as an official-layout .pth")
+    p = sub.add_parser("export", help="write a producer's model with its kind's export pass (ONNX), an RWKV model "
+                                      "(quantized too) as an official-layout .pth, or an RWKV-7 model as the C "
+                                      "decoder's .rwkvc.npz")
     p.add_argument("model")
-    p.add_argument("--out", required=True, help="FILE.onnx, or FILE.pth for an RWKV model in the official layout")
+    p.add_argument("--out", required=True, help="FILE.onnx, FILE.pth for an RWKV model in the official layout, or "
+                                                "FILE.rwkvc.npz for the C decoder (runtime rwkv-c)")
     p.add_argument("--dtype", default="fp16", help="weights of an official .pth: fp16 (default), bf16 or fp32")
     p.add_argument("--opset", type=int)
     p.add_argument("--seed", type=int, default=0)

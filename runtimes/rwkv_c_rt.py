@@ -79,7 +79,7 @@ def read_rwkv_c(path) -> tuple[dict, dict]:
             raise KeyError(missing)
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
         raise EdgesmithError(f"{path} is not an export-rwkv-c file ({type(e).__name__}: {e}).",
-                             "re-export the model: edgesmith export MODEL --kind export-rwkv-c.") from None
+                             "re-export the model: edgesmith export MODEL --out FILE.rwkvc.npz.") from None
     return arrays, sizes
 
 

@@ -80,6 +80,29 @@ def test_a_quantized_rwkv_file_exports_to_a_decode_graph_with_its_vq_layers_as_i
     assert bits == {4: rep.extra["n_sq"], 8: rep.extra["n_vq"]} and rep.extra["n_vq"] > 0
 
 
+def test_a_quantized_rwkv7_file_exports_to_the_c_decoder_with_its_codes(capsys, tmp_path):
+    from edgesmith.compress import Artifact
+    from edgesmith.compress.rwkvquant import make_config, quantize_rwkv, save_quantized
+    from edgesmith.models import get_producer
+    from edgesmith.models.rwkv.data import load_splits, sequences
+    from edgesmith.runtimes import get_runtime
+
+    model = get_producer("rwkv7-ref").build().module_
+    q, _ = quantize_rwkv(model, sequences(load_splits().train, 64, 8, seed=0), make_config("rtn", bits=4))
+    path = save_quantized(q, tmp_path / "q.quantized.pth")
+    code, out, err = run_cli(capsys, "export", path, "--out", tmp_path / "q.rwkvc.npz")
+    assert code == 0, err
+    with np.load(tmp_path / "q.rwkvc.npz") as z:
+        assert sum(k.endswith(".q") for k in z.files) == 12 and not any(k.startswith("L0.r.w") for k in z.files)
+    tokens = np.array([[72, 101, 108, 108, 111]])
+    got = get_runtime("rwkv-c", threads=1).load(Artifact("rwkv-c", path=tmp_path / "q.rwkvc.npz")).run(tokens).outputs
+    ref = q(__import__("torch").as_tensor(tokens))[0].detach().numpy()
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 0.03  # int8 activations, the same 4-bit codes
+    code, _, err = run_cli(capsys, "export", "rwkv6-ref", "--out", tmp_path / "six.rwkvc.npz")
+    assert_user_error(code, err, "RWKV-7 only")
+    assert not (tmp_path / "six.rwkvc.npz").exists()
+
+
 def test_unknown_pass_is_a_user_error(capsys, onnx_file, tmp_path):
     code, _, err = run_cli(capsys, "quantize", onnx_file, "--pass", "int3-magic", "--out", tmp_path / "q.onnx")
     assert_user_error(code, err, "int3-magic")
