@@ -80,7 +80,7 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
            model_options: dict | None = None, force: bool = False, dtype: str = "fp16",
            options: dict | None = None) -> Path:
     """Write ``model`` with its kind's export pass (ONNX: a graph, a step graph or a tree ensemble; ``options``
-    go to that pass's config, e.g. ``{"batch": 1, "vq_form": "int8"}`` for a token-lm decode graph); an RWKV-7 model
+    go to that pass's config, e.g. ``{"batch": 1, "vq_form": "int8"}`` for a token-lm decode graph); an RWKV model
     to ``out.rwkvc.npz`` with ``export-rwkv-c`` (the C decoder's file, ``{"weights": "int4"}`` to round fp32
     linears to 4 bits); an RWKV model
     (a producer, an official checkpoint, an edgesmith quantized one) to ``out.pth`` becomes an official-layout
@@ -105,7 +105,7 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
     kind = get_kind(source.kind)
     kind.check_producer(source)
     producer = source.build()
-    c_decoder = out.name.endswith(RWKV_C_SUFFIX)  # the C decoder's file (RWKV-7), not the kind's ONNX export
+    c_decoder = out.name.endswith(RWKV_C_SUFFIX)  # the C decoder's file (RWKV-6/7), not the kind's ONNX export
     config = config_from_dict({"kind": "export-rwkv-c" if c_decoder else kind.export_pass,
                                **({"opset": opset} if opset and not c_decoder else {}), **(options or {})})
     try:

@@ -1,4 +1,4 @@
-"""``export-rwkv-c``: an RWKV-7 language model as the arrays of the C decoder (``runtimes/rwkv_c_rt.py``).
+"""``export-rwkv-c``: an RWKV-6 or RWKV-7 language model as the arrays of the C decoder (``runtimes/rwkv_c_rt.py``).
 
 The decoder runs one token at a time, batch 1, in C: every block linear is read once per token, so its speed
 is bound by the bytes it streams. The file (``.rwkvc.npz``) holds each array under the name the decoder's
@@ -34,12 +34,20 @@ SUFFIX = ".rwkvc.npz"
 WEIGHT_MODES = ("as-is", "int4")
 KERNEL_CHUNK = 64  # inputs per 32-byte load of the decoder's 4-bit kernel
 QUAD = 4  # rows the kernel computes together, their codes interleaved
-NEEDED_FLAGS = ("avx2", "fma")  # what the decoder is compiled for (runtimes/rwkv7_step.c)
-BLOCK_LINEARS = (("att", "receptance", "r"), ("att", "key", "k"), ("att", "value", "v"), ("att", "output", "o"),
-                 ("ffn", "key", "fk"), ("ffn", "value", "fv"))
-LORAS = ("w1", "w2", "a1", "a2", "v1", "v2", "g1", "g2")
-VECTORS = {"att": ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g", "w0", "a0", "v0", "k_k", "k_a", "r_k"),
-           "ffn": ("x_k",)}
+NEEDED_FLAGS = ("avx2", "fma")  # what the decoder is compiled for (runtimes/rwkv_step.c)
+BLOCK_LINEARS = {7: (("att", "receptance", "r"), ("att", "key", "k"), ("att", "value", "v"), ("att", "output", "o"),
+                     ("ffn", "key", "fk"), ("ffn", "value", "fv")),
+                 6: (("att", "receptance", "r"), ("att", "key", "k"), ("att", "value", "v"), ("att", "output", "o"),
+                     ("att", "gate", "g"), ("ffn", "key", "fk"), ("ffn", "receptance", "fr"), ("ffn", "value", "fv"))}
+LORAS = {7: {"w1": "w1", "w2": "w2", "a1": "a1", "a2": "a2", "v1": "v1", "v2": "v2", "g1": "g1", "g2": "g2"},
+         6: {"maa1": "time_maa_w1", "dec1": "time_decay_w1", "dec2": "time_decay_w2"}}  # file name: parameter
+VECTORS = {7: {"att": {n: n for n in ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g", "w0", "a0", "v0", "k_k", "k_a",
+                                      "r_k")},
+               "ffn": {"ffn_x_k": "x_k"}},
+           6: {"att": {"maa_x": "time_maa_x", "maa_w": "time_maa_w", "maa_k": "time_maa_k", "maa_v": "time_maa_v",
+                       "maa_r": "time_maa_r", "maa_g": "time_maa_g", "time_decay": "time_decay",
+                       "faaaa": "time_faaaa"},
+               "ffn": {"ffn_maa_k": "time_maa_k", "ffn_maa_r": "time_maa_r"}}}
 
 
 def cpu_flags() -> set[str]:
@@ -152,9 +160,7 @@ def linear_arrays(module, name: str, config: ExportRWKVCConfig) -> tuple[dict, L
 def model_arrays(model, config: ExportRWKVCConfig) -> tuple[dict, dict, list[LayerReport]]:
     """Every array of the decoder's file, its sizes, and one report line per block linear."""
     cfg = model.cfg
-    if cfg.version != 7:
-        raise EdgesmithError(f"export-rwkv-c decodes RWKV-7 only; this model is RWKV-{cfg.version}.",
-                             "export RWKV-6 with export-step-onnx (onnxruntime) instead.")
+    ver = cfg.version
     if cfg.head_size > 256:
         raise EdgesmithError(f"export-rwkv-c takes heads of at most 256 channels; this model's are {cfg.head_size}.",
                              "export it with export-step-onnx instead.")
@@ -169,17 +175,22 @@ def model_arrays(model, config: ExportRWKVCConfig) -> tuple[dict, dict, list[Lay
         for ln in ("ln1", "ln2"):
             arrays[p + ln + "_w"], arrays[p + ln + "_b"] = f32(getattr(blk, ln).weight), f32(getattr(blk, ln).bias)
         arrays[p + "lnx_w"], arrays[p + "lnx_b"] = f32(blk.att.ln_x.weight), f32(blk.att.ln_x.bias)
-        for part, names in VECTORS.items():
-            for v in names:
-                arrays[p + ("ffn_x_k" if part == "ffn" else v)] = f32(getattr(getattr(blk, part), v))
-        for lora in LORAS:  # x @ A: the decoder computes A^T x, so A is stored (out, in)
-            arrays[p + lora + ".w"] = np.ascontiguousarray(getattr(blk.att, lora).detach().float().numpy().T)
-        for part, attr, short in BLOCK_LINEARS:
+        for part, names in VECTORS[ver].items():
+            for short, attr in names.items():
+                arrays[p + short] = f32(getattr(getattr(blk, part), attr))
+        for short, attr in LORAS[ver].items():  # x @ A: the decoder computes A^T x, so A is stored (out, in)
+            arrays[p + short + ".w"] = np.ascontiguousarray(getattr(blk.att, attr).detach().float().numpy().T)
+        if ver == 6:  # the five mixes' second halves: (5, D, C) -> five (C, D)
+            for i, a in enumerate(blk.att.time_maa_w2.detach().float().numpy()):
+                arrays[f"{p}maa2_{i}.w"] = np.ascontiguousarray(a.T)
+        for part, attr, short in BLOCK_LINEARS[ver]:
             a, rep = linear_arrays(getattr(getattr(blk, part), attr), p + short, config)
             arrays.update(a)
             reports.append(rep)
+    widest = (max(5 * cfg.d_mix_lora, cfg.d_decay_lora) if ver == 6 else
+              max(cfg.d_decay_lora, cfg.d_aaa_lora, cfg.d_mv_lora, cfg.d_gate_lora))
     sizes = {"n_layer": cfg.n_layer, "C": cfg.n_embd, "H": cfg.n_head, "N": cfg.head_size, "V": cfg.vocab_size,
-             "F": cfg.dim_ffn, "D": max(cfg.d_decay_lora, cfg.d_aaa_lora, cfg.d_mv_lora, cfg.d_gate_lora)}
+             "F": cfg.dim_ffn, "D": widest, "version": ver}
     if getattr(model, "init_wkv", None) is not None:
         arrays["init_wkv"] = np.ascontiguousarray(model.init_wkv.detach().float().numpy())
     return arrays, sizes, reports

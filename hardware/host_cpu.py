@@ -184,9 +184,9 @@ def with_decoders(variants: list[Variant], producer, kopts) -> tuple[list[Varian
     if "rwkv-c" not in kopts.decoders:
         return out, []
     cfg = getattr(getattr(producer, "module", None), "cfg", None)
-    why = why_unavailable() or ("" if getattr(cfg, "version", None) == 7 else
-                                "the C decoder runs RWKV-7 language models (torch); this model is "
-                                + (f"RWKV-{cfg.version}" if cfg is not None else f"a {producer.native_format} model"))
+    why = why_unavailable() or ("" if getattr(cfg, "version", None) in (6, 7) else
+                                "the C decoder runs RWKV-6 and RWKV-7 language models (torch); this model is "
+                                f"a {producer.native_format} model")
     if why:
         if not out:
             raise EdgesmithError(f"decoders=[rwkv-c] cannot decode {producer.name}: {why}.",

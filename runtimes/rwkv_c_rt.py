@@ -1,4 +1,4 @@
-"""RWKV-7 decoder in C: loads an ``export-rwkv-c`` file, compiles ``rwkv7_step.c`` (AVX2 + FMA, OpenMP) once
+"""RWKV-6/7 decoder in C: loads an ``export-rwkv-c`` file, compiles ``rwkv_step.c`` (AVX2 + FMA, OpenMP) once
 into the cache and decodes one token per call through ctypes, batch 1, the state kept in NumPy arrays.
 
     dec = RWKVCDecoder(path, threads=1)      # the engine (benchmarks use it directly)
@@ -23,9 +23,9 @@ from edgesmith.compress.base import Artifact
 from edgesmith.compress.export_rwkv_c import why_unavailable
 from edgesmith.runtimes.base import Runtime, register_runtime
 
-SOURCE = Path(__file__).with_name("rwkv7_step.c")
+SOURCE = Path(__file__).with_name("rwkv_step.c")
 CFLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
-MAX_JOBS = 8  # products the decoder batches into one parallel region (rwkv7_step.c)
+MAX_JOBS = 8  # products the decoder batches into one parallel region (rwkv_step.c)
 
 _p = ctypes.c_void_p
 
@@ -38,11 +38,21 @@ class Mat(ctypes.Structure):
 LAYER_VECTORS = ("ln1_w", "ln1_b", "ln2_w", "ln2_b", "x_r", "x_w", "x_k", "x_v", "x_a", "x_g", "w0", "a0", "v0",
                  "k_k", "k_a", "r_k", "lnx_w", "lnx_b", "ffn_x_k")
 LAYER_MATS = ("w1", "w2", "a1", "a2", "v1", "v2", "g1", "g2", "r", "k", "v", "o", "fk", "fv")
-SIZES = ("n_layer", "C", "H", "N", "V", "F", "D")
+SIZES = ("n_layer", "C", "H", "N", "V", "F", "D", "version")
 
 
 class Layer(ctypes.Structure):
     _fields_ = [(n, _p) for n in LAYER_VECTORS] + [(n, Mat) for n in LAYER_MATS]
+
+
+LAYER6_VECTORS = ("ln1_w", "ln1_b", "ln2_w", "ln2_b", "maa_x", "maa_w", "maa_k", "maa_v", "maa_r", "maa_g",
+                  "time_decay", "faaaa", "lnx_w", "lnx_b", "ffn_maa_k", "ffn_maa_r")
+LAYER6_MATS = ("maa1", "maa2_0", "maa2_1", "maa2_2", "maa2_3", "maa2_4", "dec1", "dec2", "r", "k", "v", "o", "g",
+               "fk", "fr", "fv")
+
+
+class Layer6(ctypes.Structure):  # maa2_0 .. maa2_4 lie where the C struct has Mat maa2[5]
+    _fields_ = [(n, _p) for n in LAYER6_VECTORS] + [(n, Mat) for n in LAYER6_MATS]
 
 
 class Model(ctypes.Structure):
@@ -61,7 +71,7 @@ def library():
 
         lib = ctypes.CDLL(str(compile_shared(SOURCE, CFLAGS)))
         lib.rwkv_set_threads.argtypes, lib.rwkv_set_threads.restype = [ctypes.c_int], ctypes.c_int
-        lib.rwkv7_step.argtypes, lib.rwkv7_step.restype = [ctypes.POINTER(Model), ctypes.c_int, _p], ctypes.c_int
+        lib.rwkv_step.argtypes, lib.rwkv_step.restype = [ctypes.POINTER(Model), ctypes.c_int, _p], ctypes.c_int
         lib.rwkv_gemv.argtypes = [ctypes.POINTER(Model), ctypes.POINTER(Mat), _p, _p]
         lib.rwkv_gemv.restype = ctypes.c_int
         _LIB = lib
@@ -123,26 +133,34 @@ class RWKVCDecoder:
 
     def _build(self) -> None:
         s = self.sizes_
-        L, C, H, N, V, F, D = (int(s[k]) for k in SIZES)
+        L, C, H, N, V, F, D, version = (int(s[k]) for k in SIZES)
         a = self.arrays_
-        if "emb" not in a:
-            raise EdgesmithError(f"{self.path} has no embedding.", "re-export the model with export-rwkv-c.")
+        if "emb" not in a or version not in (6, 7):
+            raise EdgesmithError(f"{self.path} has no embedding or an unknown RWKV version ({version}).",
+                                 "re-export the model with export-rwkv-c.")
         self._check("emb", a["emb"].shape, (V, C))
-        layers = (Layer * L)()
-        lin = {"r": (C, C), "k": (C, C), "v": (C, C), "o": (C, C), "fk": (F, C), "fv": (C, F)}
+        struct, vectors, mats = (Layer6, LAYER6_VECTORS, LAYER6_MATS) if version == 6 else \
+            (Layer, LAYER_VECTORS, LAYER_MATS)
+        layers = (struct * L)()
+        lin = {"r": (C, C), "k": (C, C), "v": (C, C), "o": (C, C), "g": (C, C), "fr": (C, C), "fk": (F, C),
+               "fv": (C, F)}
+        lora_in = ("w1", "a1", "v1", "g1", "maa1", "dec1")  # LoRA first halves: their rows are the hidden width
+        widths = {}
         try:
             for i in range(L):
                 p = f"L{i}."
-                for v in LAYER_VECTORS:
-                    n = H * N if v == "r_k" else C
+                for v in vectors:
+                    n = H * N if v in ("r_k", "faaaa") else C
                     self._check(p + v, (a[p + v].size,), (n,))
                     setattr(layers[i], v, self._ptr(p + v, np.float32))
-                for m in LAYER_MATS:  # LoRA widths differ per LoRA: take each from its array
+                for m in mats:  # LoRA widths differ per LoRA: take each from its array
                     rows, cols = lin.get(m) or a[f"{p}{m}.w"].shape
-                    if m not in lin and (rows if m.endswith("1") else cols) > D:
-                        raise EdgesmithError(f"{self.path}: LoRA {m} is wider than the file's D = {D}.",
-                                             "re-export the model with export-rwkv-c.")
+                    if m not in lin:
+                        widths[m] = rows if m in lora_in else cols
                     setattr(layers[i], m, self._mat(p + m, rows, cols))
+                if not self._loras_fit(widths, D, version):
+                    raise EdgesmithError(f"{self.path}: layer {i}'s LoRA widths {widths} do not fit the file's "
+                                         f"D = {D}.", "re-export the model with export-rwkv-c.")
         except KeyError as e:
             raise EdgesmithError(f"{self.path} lacks the array {e}.", "re-export the model with export-rwkv-c.") from None
         self.layers_ = layers
@@ -153,7 +171,7 @@ class RWKVCDecoder:
         self.xq_ = np.zeros(MAX_JOBS * max(C, F), np.int8)  # one quantized input per product of a batch
         self.xs_ = np.zeros(MAX_JOBS * (max(C, F) // 64 + 1), np.float32)
         self.xsx_ = np.zeros_like(self.xs_)
-        m = Model(L, C, H, N, V, F, D, self._ptr("emb", np.float32), self._ptr("ln0_w", np.float32),
+        m = Model(L, C, H, N, V, F, D, version, self._ptr("emb", np.float32), self._ptr("ln0_w", np.float32),
                   self._ptr("ln0_b", np.float32), self._ptr("lnout_w", np.float32), self._ptr("lnout_b", np.float32),
                   self._mat("head", V, C), ctypes.addressof(layers), self.att_x_.ctypes.data, self.ffn_x_.ctypes.data,
                   self.wkv_.ctypes.data, self.scratch_.ctypes.data, self.xq_.ctypes.data, self.xs_.ctypes.data,
@@ -161,6 +179,15 @@ class RWKVCDecoder:
         self.model_ = m
         self.lib_ = library()
         self.reset()
+
+    @staticmethod
+    def _loras_fit(widths: dict, D: int, version: int) -> bool:
+        """The decoder's LoRA buffers are 5 D floats: RWKV-7 keeps four hidden vectors of up to D (and the gate's
+        sigmoid), RWKV-6 the five mixes' hidden values (5 x one width, read as five slices) and the decay's."""
+        if version == 7:
+            return max(widths.values()) <= D
+        mix = {widths[f"maa2_{i}"] for i in range(5)}
+        return len(mix) == 1 and widths["maa1"] == 5 * mix.pop() and widths["maa1"] + widths["dec1"] <= 5 * D
 
     @property
     def vocab_size(self) -> int:
@@ -175,7 +202,7 @@ class RWKVCDecoder:
     def step(self, token: int) -> np.ndarray:
         logits = np.empty(self.vocab_size, np.float32)
         self.lib_.rwkv_set_threads(int(self.threads or 0))
-        if self.lib_.rwkv7_step(ctypes.byref(self.model_), int(token), logits.ctypes.data) != 0:
+        if self.lib_.rwkv_step(ctypes.byref(self.model_), int(token), logits.ctypes.data) != 0:
             raise EdgesmithError(f"token id {token} is outside the vocabulary [0, {self.vocab_size}).",
                                  "tokenize with the model's tokenizer.")
         return logits
@@ -197,7 +224,7 @@ class RWKVCRuntime(Runtime):
     contract_fixture = "rwkv-c"
     formats = ("rwkv-c",)
     multi_input = True  # a step: {"token": (B,), "att_x": (B, L, C), "ffn_x": ..., "wkv": (B, L, H, N, N)}
-    description = ("RWKV-7 decoder in C (gcc -O3 -mavx2 -mfma -fopenmp): 4-bit block linears on an int8-activation "
+    description = ("RWKV-6/7 decoder in C (gcc -O3 -mavx2 -mfma -fopenmp): 4-bit block linears on an int8-activation "
                    "AVX2 kernel, batch-1 steps through ctypes")
 
     @classmethod

@@ -14,7 +14,7 @@ stored) and symmetric ones ("int4-sym", none stored: onnxruntime's kernel skips 
 to an fp32 weight at load, and again with them as exact 8-bit MatMulNBits, ``vq_form="int8"``). Embedding lookup, LoRAs and head stay fp32 in all. Each is exported twice: the
 deploy graph (batch dimension dynamic, what ``edgesmith deploy`` writes) and the decode graph
 (``export_step_onnx(batch=1)``: every shape static, so onnxruntime folds the shape arithmetic away). With
-``rwkv-c`` among ``--runtimes`` (RWKV-7 only), each model is also written by ``export-rwkv-c`` and decoded by the
+``rwkv-c`` among ``--runtimes``, each model is also written by ``export-rwkv-c`` and decoded by the
 C decoder ("c": 4-bit codes as they are, on its AVX2 integer kernel; fp32 and VQ layers in fp32).
 
 The bound: the bytes one token must move (every initializer onnxruntime keeps, except that an embedding
@@ -336,9 +336,6 @@ def main(argv=None) -> int:
                     help="onnxruntime: the deploy and decode step graphs; rwkv-c: the C decoder (export-rwkv-c)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
-    if a.version != 7 and "rwkv-c" in a.runtimes:
-        print("the C decoder runs RWKV-7 only: measuring onnxruntime alone")
-        a.runtimes = [r for r in a.runtimes if r != "rwkv-c"]
     threads = sorted({t if t > 0 else os.cpu_count() for t in a.threads})
     torch.set_num_threads(max(threads))
     m = random_model(a.version, a.n_layer, a.n_embd, a.head_size)

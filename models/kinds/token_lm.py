@@ -29,7 +29,7 @@ class TokenLmOptions(KindOptions):
     sequential: bool = option(False, "block-sequential calibration for the calibrated quantizers: each block's "
                                      "Hessians from the quantized blocks before it (reference GPTQ's way)")
     decoders: tuple[str, ...] = option(("onnxruntime",), "where each variant decodes: onnxruntime (its step graph) "
-                                                          "and/or rwkv-c (the C decoder of RWKV-7, export-rwkv-c)")
+                                                          "and/or rwkv-c (the C decoder of RWKV-6/7, export-rwkv-c)")
 
     def validate(self) -> None:
         methods, bits = tuple(self.methods), tuple(self.bits)

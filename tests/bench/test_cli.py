@@ -80,7 +80,7 @@ def test_a_quantized_rwkv_file_exports_to_a_decode_graph_with_its_vq_layers_as_i
     assert bits == {4: rep.extra["n_sq"], 8: rep.extra["n_vq"]} and rep.extra["n_vq"] > 0
 
 
-def test_a_quantized_rwkv7_file_exports_to_the_c_decoder_with_its_codes(capsys, tmp_path):
+def test_a_quantized_rwkv_file_exports_to_the_c_decoder_with_its_codes(capsys, tmp_path):
     from edgesmith.compress import Artifact
     from edgesmith.compress.rwkvquant import make_config, quantize_rwkv, save_quantized
     from edgesmith.models import get_producer
@@ -98,9 +98,9 @@ def test_a_quantized_rwkv7_file_exports_to_the_c_decoder_with_its_codes(capsys, 
     got = get_runtime("rwkv-c", threads=1).load(Artifact("rwkv-c", path=tmp_path / "q.rwkvc.npz")).run(tokens).outputs
     ref = q(__import__("torch").as_tensor(tokens))[0].detach().numpy()
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 0.03  # int8 activations, the same 4-bit codes
-    code, _, err = run_cli(capsys, "export", "rwkv6-ref", "--out", tmp_path / "six.rwkvc.npz")
-    assert_user_error(code, err, "RWKV-7 only")
-    assert not (tmp_path / "six.rwkvc.npz").exists()
+    code, _, err = run_cli(capsys, "export", "digits-mlp", "--out", tmp_path / "mlp.rwkvc.npz")
+    assert_user_error(code, err, "export-rwkv-c takes an RWKV language model")
+    assert not (tmp_path / "mlp.rwkvc.npz").exists()
 
 
 def test_unknown_pass_is_a_user_error(capsys, onnx_file, tmp_path):

@@ -78,12 +78,22 @@ def test_layers_the_kernel_cannot_take_are_dequantized_and_named(tmp_path):
         np.testing.assert_allclose(z["L0.v.w"], model.blocks[0].att.value.weight.detach().numpy())
 
 
-def test_rwkv6_and_other_models_are_refused_by_name(tmp_path):
+def test_rwkv6_writes_its_gate_channel_receptance_and_five_mix_loras(tmp_path):
     six = build_model(RWKVConfig(version=6, n_layer=1, n_embd=64, head_size=16)).eval()
-    with pytest.raises(EdgesmithError, match="RWKV-7 only.*RWKV-6"):
-        export(six, tmp_path)
+    res = export(six, tmp_path, weights="int4")
+    assert [r.name for r in res.report.layers] == [f"L0.{n}" for n in ("r", "k", "v", "o", "g", "fk", "fr", "fv")]
+    with np.load(res.artifact.path) as z:
+        w2 = six.blocks[0].att.time_maa_w2.detach().numpy()  # (5, D, C): mix i's second half
+        np.testing.assert_array_equal(z["L0.maa2_3.w"], w2[3].T)
+        assert z["L0.maa1.w"].shape == (5 * six.cfg.d_mix_lora, 64) and z["L0.faaaa"].size == 64
+
+
+def test_models_the_decoder_cannot_take_are_refused_by_name(tmp_path):
     with pytest.raises(EdgesmithError, match="export-rwkv-c takes an RWKV language model"):
         export(torch.nn.Linear(4, 4), tmp_path)
+    wide = build_model(RWKVConfig(version=7, n_layer=1, n_embd=512, head_size=512)).eval()
+    with pytest.raises(EdgesmithError, match="at most 256"):
+        export(wide, tmp_path)
 
 
 def test_config_refuses_groups_the_kernel_cannot_take():

@@ -158,7 +158,7 @@ def test_sequential_calibration_is_a_token_lm_option_named_only_on_the_calibrate
                                     PlanOptions(options={"sequential": "yes"}))
 
 
-def test_the_c_decoder_is_a_token_lm_option_for_rwkv7_models_only():
+def test_the_c_decoder_is_a_token_lm_option_for_rwkv_torch_models():
     from edgesmith.models.rwkv.base import RWKVConfig
 
     seven = SimpleNamespace(name="m", kind="token-lm", native_format="torch",
@@ -173,9 +173,12 @@ def test_the_c_decoder_is_a_token_lm_option_for_rwkv7_models_only():
     assert list(only_c) == ["fp32-c", "gptq-4bit-c"]
     six = SimpleNamespace(name="m6", kind="token-lm", native_format="torch",
                           module=SimpleNamespace(cfg=RWKVConfig(version=6)))
-    both = get_target("host-cpu").plan(six, PlanOptions(options={**opts, "decoders": ["onnxruntime", "rwkv-c"]}))
-    assert list(_by_name(both)) == ["fp32", "gptq-4bit"] and any("RWKV-6" in n for n in both.notes)
-    with pytest.raises(EdgesmithError, match="RWKV-6"):
-        get_target("host-cpu").plan(six, PlanOptions(options={**opts, "decoders": ["rwkv-c"]}))
+    assert list(_by_name(get_target("host-cpu").plan(six, PlanOptions(options={**opts, "decoders": ["rwkv-c"]})))) \
+        == ["fp32-c", "gptq-4bit-c"]
+    graph = SimpleNamespace(name="g", kind="token-lm", native_format="onnx")  # a user's step graph: no torch model
+    both = get_target("host-cpu").plan(graph, PlanOptions(options={"decoders": ["onnxruntime", "rwkv-c"]}))
+    assert all(not v.name.endswith("-c") for v in both.variants) and any("onnx model" in n for n in both.notes)
+    with pytest.raises(EdgesmithError, match="onnx model"):
+        get_target("host-cpu").plan(graph, PlanOptions(options={"decoders": ["rwkv-c"]}))
     with pytest.raises(EdgesmithError, match="decoders"):
         get_target("host-cpu").plan(seven, PlanOptions(options={"decoders": ["tvm"]}))

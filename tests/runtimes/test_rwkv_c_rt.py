@@ -1,4 +1,4 @@
-"""The C RWKV-7 decoder: fp32 steps reproduce the torch model, the 4-bit kernel computes exactly the integer
+"""The C RWKV-6/7 decoder: fp32 steps reproduce the torch model, the 4-bit kernel computes exactly the integer
 arithmetic it documents, and thread count, restarts and bad input behave."""
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from edgesmith.runtimes.rwkv_c_rt import RWKVCDecoder, why_unavailable
 pytestmark = pytest.mark.skipif(bool(why_unavailable()), reason=why_unavailable() or "available")
 
 
-def rwkv7(n_embd: int = 128, head_size: int = 32, n_layer: int = 2):
+def rwkv_model(n_embd: int = 128, head_size: int = 32, n_layer: int = 2, version: int = 7):
     """Weights moved off their init (zero output projections, flat LoRAs) so every path carries signal."""
     torch.manual_seed(0)
-    m = build_model(RWKVConfig(version=7, n_layer=n_layer, n_embd=n_embd, head_size=head_size)).eval()
+    m = build_model(RWKVConfig(version=version, n_layer=n_layer, n_embd=n_embd, head_size=head_size)).eval()
     with torch.no_grad():
         for name, p in m.named_parameters():
             if p.ndim == 2 and name.endswith(".weight"):
@@ -56,8 +56,9 @@ def exact_q4(dec: RWKVCDecoder, name: str, x: np.ndarray) -> np.ndarray:
     return (isum * s * xs[None]).sum(1)
 
 
-def test_fp32_steps_reproduce_the_torch_model(tmp_path):
-    model = rwkv7()
+@pytest.mark.parametrize("version", [6, 7])
+def test_fp32_steps_reproduce_the_torch_model(tmp_path, version):
+    model = rwkv_model(version=version)
     model.init_wkv = 0.1 * torch.randn(2, 4, 32, 32)  # a state-tuned start: the decoder must begin from it
     tokens = np.random.default_rng(0).integers(0, 256, 24)
     dec = RWKVCDecoder(export(model, tmp_path).path, threads=1)
@@ -67,7 +68,7 @@ def test_fp32_steps_reproduce_the_torch_model(tmp_path):
 
 @pytest.mark.parametrize("group", [64, 128])
 def test_the_4bit_kernel_computes_its_documented_integer_arithmetic(tmp_path, group):
-    dec = RWKVCDecoder(export(rwkv7(n_embd=256), tmp_path, weights="int4", group=group).path, threads=1)
+    dec = RWKVCDecoder(export(rwkv_model(n_embd=256), tmp_path, weights="int4", group=group).path, threads=1)
     rng = np.random.default_rng(1)
     for name, n_in in (("L0.fk", 256), ("L1.fv", 1024), ("L0.r", 256)):
         x = rng.normal(size=n_in).astype(np.float32)
@@ -76,10 +77,11 @@ def test_the_4bit_kernel_computes_its_documented_integer_arithmetic(tmp_path, gr
         np.testing.assert_allclose(dec.gemv(name, x), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
 
-def test_4bit_decoding_stays_close_to_the_quantized_torch_model(tmp_path):
+@pytest.mark.parametrize("version", [6, 7])
+def test_4bit_decoding_stays_close_to_the_quantized_torch_model(tmp_path, version):
     from edgesmith.bench.benchmarks.rwkv_decode_speed import quantize_rtn
 
-    q = quantize_rtn(rwkv7(), 4, 64)
+    q = quantize_rtn(rwkv_model(version=version), 4, 64)
     tokens = np.random.default_rng(2).integers(0, 256, 16)
     ref = torch_logits(q, tokens)
     dec = RWKVCDecoder(export(q, tmp_path).path, threads=1)
@@ -92,7 +94,7 @@ def test_4bit_decoding_stays_close_to_the_quantized_torch_model(tmp_path):
 def test_rwkvquant_models_decode_with_their_vq_layers_in_fp32(tmp_path):
     from edgesmith.compress.rwkvquant import make_config, quantize_rwkv
 
-    model = rwkv7(n_embd=128)
+    model = rwkv_model(n_embd=128)
     calib = np.random.default_rng(3).integers(0, 256, (8, 64))
     q, _ = quantize_rwkv(model, calib, make_config("rwkvquant", bits=3, seed=0))
     res = apply_pass(Artifact("torch", module=q), ExportRWKVCConfig(), PassContext(workdir=tmp_path))
@@ -104,8 +106,9 @@ def test_rwkvquant_models_decode_with_their_vq_layers_in_fp32(tmp_path):
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 0.03
 
 
-def test_threads_split_rows_without_changing_a_bit(tmp_path):
-    path = export(rwkv7(), tmp_path, weights="int4").path
+@pytest.mark.parametrize("version", [6, 7])
+def test_threads_split_rows_without_changing_a_bit(tmp_path, version):
+    path = export(rwkv_model(version=version), tmp_path, weights="int4").path
     tokens = [5, 17, 200, 3, 3, 99]
     one, two = RWKVCDecoder(path, threads=1), RWKVCDecoder(path, threads=2)
     for t in tokens:
@@ -113,7 +116,7 @@ def test_threads_split_rows_without_changing_a_bit(tmp_path):
 
 
 def test_runtime_runs_each_sequence_from_the_start(tmp_path):
-    rt = get_runtime("rwkv-c", threads=1).load(export(rwkv7(), tmp_path))
+    rt = get_runtime("rwkv-c", threads=1).load(export(rwkv_model(), tmp_path))
     res = rt.run(np.array([[1, 2, 3], [1, 2, 3], [7, 2, 3]]))
     assert res.outputs.shape == (3, 3, 256) and res.outputs.dtype == np.float32
     np.testing.assert_array_equal(res.outputs[0], res.outputs[1])
@@ -122,7 +125,7 @@ def test_runtime_runs_each_sequence_from_the_start(tmp_path):
 
 
 def test_bad_tokens_and_damaged_files_are_user_errors(tmp_path):
-    art = export(rwkv7(), tmp_path / "ok")
+    art = export(rwkv_model(), tmp_path / "ok")
     rt = get_runtime("rwkv-c", threads=1).load(art)
     with pytest.raises(EdgesmithError, match="outside the vocabulary"):
         rt.run(np.array([[1, 256]]))
@@ -142,7 +145,7 @@ def test_bad_tokens_and_damaged_files_are_user_errors(tmp_path):
 def test_steps_with_the_state_fed_back_match_whole_sequences(tmp_path):
     from edgesmith.runtimes.stateful import recurrent_spec, run_sequence
 
-    model = rwkv7()
+    model = rwkv_model()
     model.init_wkv = 0.1 * torch.randn(2, 4, 32, 32)
     art = export(model, tmp_path)
     assert (tmp_path / "model.rwkvc.npz.init.npz").exists()  # the trained start, where stateful looks for it

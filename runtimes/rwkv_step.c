@@ -1,4 +1,4 @@
-/* One decoding step of an RWKV-7 language model, batch 1, with its block linears either fp32 or 4-bit.
+/* One decoding step of an RWKV-6 or RWKV-7 language model, batch 1, with its block linears either fp32 or 4-bit.
  *
  * Built by runtimes/rwkv_c_rt.py (gcc -O3 -mavx2 -mfma -fopenmp) and called through ctypes; the Python side owns
  * every array (weights, state, scratch) and fills the structs below with pointers into them.
@@ -36,11 +36,19 @@ typedef struct {
     Mat r, k, v, o, fk, fv;
 } Layer;
 
+typedef struct { /* RWKV-6: data-dependent token shift (maa LoRA), decay LoRA, gate, channel-mix receptance */
+    const float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
+    const float *maa_x, *maa_w, *maa_k, *maa_v, *maa_r, *maa_g, *time_decay, *faaaa, *lnx_w, *lnx_b;
+    const float *ffn_maa_k, *ffn_maa_r;
+    Mat maa1, maa2[5], dec1, dec2; /* LoRAs, each stored (out, in); maa1 gives the 5 mixes' hidden values at once */
+    Mat r, k, v, o, g, fk, fr, fv;
+} Layer6;
+
 typedef struct {
-    int n_layer, C, H, N, V, F, D; /* D: the widest LoRA */
+    int n_layer, C, H, N, V, F, D, version; /* D: the widest LoRA (RWKV-6: 5 x the mix LoRA, or the decay LoRA) */
     const float *emb, *ln0_w, *ln0_b, *lnout_w, *lnout_b;
     Mat head;
-    const Layer *layers;
+    const void *layers;            /* Layer (RWKV-7) or Layer6 (RWKV-6), n_layer of them */
     float *att_x, *ffn_x, *wkv;    /* state: L x C, L x C, L x H x N x N ([value, key]) */
     float *scratch;                /* 19 C + F + 5 D floats: see time_mix and channel_mix */
     int8_t *xq;                    /* MAX_JOBS slots of max(C, F) int8: each 4-bit product's quantized input */
@@ -282,7 +290,7 @@ static void sigmoid_sum(float *out, const float *a, const float *b, int n) {
 }
 
 static void time_mix(const Model *m, int l, float *x) {
-    const Layer *L = &m->layers[l];
+    const Layer *L = &((const Layer *)m->layers)[l];
     int C = m->C, H = m->H, N = m->N;
     float *sc = m->scratch;
     float *xa = sc, *xx = sc + C, *xr = sc + 2 * C, *xw = sc + 3 * C, *xk = sc + 4 * C, *xv = sc + 5 * C;
@@ -387,7 +395,7 @@ static void time_mix(const Model *m, int l, float *x) {
 }
 
 static void channel_mix(const Model *m, int l, float *x) {
-    const Layer *L = &m->layers[l];
+    const Layer *L = &((const Layer *)m->layers)[l];
     int C = m->C;
     float *xf = m->scratch, *xk = m->scratch + C, *t = m->scratch + 2 * C, *hid = m->scratch + 19 * C;
     float *last = m->ffn_x + (long)l * C;
@@ -405,15 +413,113 @@ static void channel_mix(const Model *m, int l, float *x) {
     for (int j = 0; j < C; j++) x[j] += t[j];
 }
 
+static inline float siluf(float x) { return x / (1.f + expf(-x)); }
+
+/* RWKV-6 time mix: xx = x_{t-1} - x_t; x_* = x + xx (maa_* + m_*) with m = maa2_* tanh(maa1 (x + xx maa_x));
+ * decay = exp(-exp(time_decay + dec2 tanh(dec1 x_w))); per head, S [key, value]:
+ * y = r S + (r . (u k)) v, S <- diag(decay) S + k^T v; out = output(GroupNorm(y) * silu(gate x_g)). */
+static void time_mix6(const Model *m, int l, float *x) {
+    const Layer6 *L = &((const Layer6 *)m->layers)[l];
+    int C = m->C, H = m->H, N = m->N;
+    float *sc = m->scratch;
+    float *xa = sc, *xx = sc + C, *xxx = sc + 2 * C, *xw = sc + 3 * C, *xk = sc + 4 * C, *xv = sc + 5 * C;
+    float *xr = sc + 6 * C, *xg = sc + 7 * C, *mix = sc + 8 * C; /* the 5 mixes, then r, w, k, v, g in place */
+    float *r = sc + 8 * C, *w = sc + 9 * C, *k = sc + 10 * C, *v = sc + 11 * C, *g = sc + 12 * C, *y = sc + 13 * C;
+    float *t = sc + 14 * C, *lo = sc + 19 * C + m->F, *ld = lo + L->maa1.rows;
+    float *last = m->att_x + (long)l * C;
+    layer_norm(x, C, L->ln1_w, L->ln1_b, 1e-5f, xa);
+    for (int j = 0; j < C; j++) {
+        xx[j] = last[j] - xa[j];
+        last[j] = xa[j];
+        xxx[j] = xa[j] + xx[j] * L->maa_x[j];
+    }
+    gemv(m, &L->maa1, xxx, lo);
+    for (int j = 0; j < L->maa1.rows; j++) lo[j] = tanhf(lo[j]);
+    const int d = L->maa2[0].cols;
+    Job mixes[5];
+    for (int i = 0; i < 5; i++) mixes[i] = (Job){&L->maa2[i], lo + i * d, mix + i * C};
+    gemv_batch(m, mixes, 5);
+    const float *maa[5] = {L->maa_w, L->maa_k, L->maa_v, L->maa_r, L->maa_g};
+    float *xs[5] = {xw, xk, xv, xr, xg};
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < C; j++) xs[i][j] = xa[j] + xx[j] * (maa[i][j] + mix[i * C + j]);
+    Job first[6] = {{&L->r, xr, r}, {&L->k, xk, k}, {&L->v, xv, v}, {&L->g, xg, g}, {&L->dec1, xw, ld}};
+    gemv_batch(m, first, 5);
+    for (int j = 0; j < L->dec1.rows; j++) ld[j] = tanhf(ld[j]);
+    gemv(m, &L->dec2, ld, w);
+    for (int j = 0; j < C; j++) {
+        w[j] = expf(-expf(L->time_decay[j] + w[j])); /* the decay */
+        g[j] = siluf(g[j]);
+    }
+    float *S_all = m->wkv + (long)l * H * N * N;
+#pragma omp parallel for schedule(static) if (n_threads > 1)
+    for (int h = 0; h < H; h++) {
+        float *S = S_all + (long)h * N * N;
+        const float *rh = r + h * N, *dh = w + h * N, *kh = k + h * N, *vh = v + h * N, *uh = L->faaaa + h * N;
+        float *yh = y + h * N;
+        float bonus = 0.f;
+        for (int i = 0; i < N; i++) bonus += rh[i] * uh[i] * kh[i];
+        for (int j = 0; j < N; j++) yh[j] = bonus * vh[j];
+        for (int i = 0; i < N; i++) { /* row i of S: key i, over values j */
+            float *Si = S + (long)i * N;
+            const float ri = rh[i], di = dh[i], ki = kh[i];
+            for (int j = 0; j < N; j++) {
+                yh[j] += ri * Si[j];
+                Si[j] = di * Si[j] + ki * vh[j];
+            }
+        }
+        double mu = 0.0, var = 0.0;
+        for (int j = 0; j < N; j++) mu += yh[j];
+        mu /= N;
+        for (int j = 0; j < N; j++) var += (yh[j] - mu) * (yh[j] - mu);
+        float inv = (float)(1.0 / sqrt(var / N + 64e-5));
+        for (int j = 0; j < N; j++) {
+            int c = h * N + j;
+            yh[j] = ((float)(yh[j] - mu) * inv * L->lnx_w[c] + L->lnx_b[c]) * g[c];
+        }
+    }
+    gemv(m, &L->o, y, t);
+    for (int j = 0; j < C; j++) x[j] += t[j];
+}
+
+/* RWKV-6 channel mix: sigmoid(receptance x_r) * value(relu(key x_k)^2). */
+static void channel_mix6(const Model *m, int l, float *x) {
+    const Layer6 *L = &((const Layer6 *)m->layers)[l];
+    int C = m->C;
+    float *xf = m->scratch, *xk = m->scratch + C, *xr = m->scratch + 2 * C, *t = m->scratch + 3 * C;
+    float *rr = m->scratch + 4 * C, *hid = m->scratch + 19 * C;
+    float *last = m->ffn_x + (long)l * C;
+    layer_norm(x, C, L->ln2_w, L->ln2_b, 1e-5f, xf);
+    for (int j = 0; j < C; j++) {
+        xk[j] = xf[j] + (last[j] - xf[j]) * L->ffn_maa_k[j];
+        xr[j] = xf[j] + (last[j] - xf[j]) * L->ffn_maa_r[j];
+        last[j] = xf[j];
+    }
+    Job first[2] = {{&L->fk, xk, hid}, {&L->fr, xr, rr}};
+    gemv_batch(m, first, 2);
+    for (int j = 0; j < m->F; j++) {
+        float u = hid[j] > 0.f ? hid[j] : 0.f;
+        hid[j] = u * u;
+    }
+    gemv(m, &L->fv, hid, t);
+    sigmoid_sum(rr, rr, NULL, C);
+    for (int j = 0; j < C; j++) x[j] += rr[j] * t[j];
+}
+
 /* One token: updates the state in place and writes the V logits. */
-int rwkv7_step(const Model *m, int token, float *logits) {
+int rwkv_step(const Model *m, int token, float *logits) {
     if (token < 0 || token >= m->V) return -1;
     int C = m->C;
     float *x = m->scratch + 18 * C, *xn = m->scratch;
     layer_norm(m->emb + (long)token * C, C, m->ln0_w, m->ln0_b, 1e-5f, x);
     for (int l = 0; l < m->n_layer; l++) {
-        time_mix(m, l, x);
-        channel_mix(m, l, x);
+        if (m->version == 6) {
+            time_mix6(m, l, x);
+            channel_mix6(m, l, x);
+        } else {
+            time_mix(m, l, x);
+            channel_mix(m, l, x);
+        }
     }
     layer_norm(x, C, m->lnout_w, m->lnout_b, 1e-5f, xn);
     gemv(m, &m->head, xn, logits);
