@@ -277,6 +277,7 @@ static inline __m256 exp8(__m256 x) {
 
 static inline float sigmoidf(float x) { return 1.f / (1.f + expf(-x)); }
 
+
 /* out = sigmoid(a + b) (b may be NULL), eight at a time. */
 static void sigmoid_sum(float *out, const float *a, const float *b, int n) {
     int j = 0;
@@ -351,7 +352,6 @@ static void time_mix(const Model *m, int l, float *x) {
         const float *rh = r + h * N, *dh = w + h * N, *kh = k + h * N, *vh = v + h * N, *kkh = kk + h * N, *ah = a + h * N;
         float ka[256];
         for (int j = 0; j < N; j++) ka[j] = kkh[j] * ah[j];
-        double mu = 0.0, var = 0.0;
         for (int i = 0; i < N; i++) { /* row i of S: value i, over keys j */
             float *Si = S + (long)i * N;
             float yi = 0.f;
@@ -377,18 +377,11 @@ static void time_mix(const Model *m, int l, float *x) {
                 }
             }
             y[h * N + i] = yi;
-            mu += yi;
         }
-        mu /= N;
-        for (int i = 0; i < N; i++) var += (y[h * N + i] - mu) * (y[h * N + i] - mu);
-        float inv = (float)(1.0 / sqrt(var / N + 64e-5));
+        layer_norm(y + h * N, N, L->lnx_w + h * N, L->lnx_b + h * N, 64e-5f, y + h * N); /* ln_x: one group per head */
         float bonus = 0.f;
         for (int j = 0; j < N; j++) bonus += rh[j] * kh[j] * L->r_k[h * N + j];
-        for (int i = 0; i < N; i++) {
-            int c = h * N + i;
-            float yn = (float)(y[c] - mu) * inv * L->lnx_w[c] + L->lnx_b[c];
-            y[c] = (yn + bonus * vh[i]) * g[c];
-        }
+        for (int i = 0; i < N; i++) y[h * N + i] = (y[h * N + i] + bonus * vh[i]) * g[h * N + i];
     }
     gemv(m, &L->o, y, t);
     for (int j = 0; j < C; j++) x[j] += t[j];
@@ -468,15 +461,8 @@ static void time_mix6(const Model *m, int l, float *x) {
                 Si[j] = di * Si[j] + ki * vh[j];
             }
         }
-        double mu = 0.0, var = 0.0;
-        for (int j = 0; j < N; j++) mu += yh[j];
-        mu /= N;
-        for (int j = 0; j < N; j++) var += (yh[j] - mu) * (yh[j] - mu);
-        float inv = (float)(1.0 / sqrt(var / N + 64e-5));
-        for (int j = 0; j < N; j++) {
-            int c = h * N + j;
-            yh[j] = ((float)(yh[j] - mu) * inv * L->lnx_w[c] + L->lnx_b[c]) * g[c];
-        }
+        layer_norm(yh, N, L->lnx_w + h * N, L->lnx_b + h * N, 64e-5f, yh); /* ln_x: one group per head */
+        for (int j = 0; j < N; j++) yh[j] *= g[h * N + j];
     }
     gemv(m, &L->o, y, t);
     for (int j = 0; j < C; j++) x[j] += t[j];
