@@ -189,12 +189,18 @@ def step_greedy_ort(path, prompt, n_new: int, threads: int = 1) -> list[int]:
         state.update({n: res[f"{n}_out"] for n in state})
         return res[LOGITS_OUTPUT][0]
 
+    return greedy_tokens(step, prompt, n_new)
+
+
+def greedy_tokens(step, prompt, n_new: int) -> list[int]:
+    """Greedy decoding through ``step(token) -> logits`` (a decoder holding its own state): the prompt fed, then
+    ``n_new`` tokens, each the argmax of the logits before it."""
     logits = None
     for t in prompt:
         logits = step(int(t))
     out = []
     for _ in range(n_new):
-        tok = int(np.argmax(logits))
+        tok = int(np.argmax(np.asarray(logits).reshape(-1)))
         out.append(tok)
         logits = step(tok)
     return out
@@ -203,12 +209,11 @@ def step_greedy_ort(path, prompt, n_new: int, threads: int = 1) -> list[int]:
 @torch.no_grad()
 def torch_greedy(model: nn.Module, prompt, n_new: int) -> list[int]:
     """Greedy decoding with the torch module's own ``step`` (the reference for ``step_greedy_ort``)."""
-    state, logits = model.zero_state(1), None
-    for t in prompt:
-        logits, state = model.step(torch.tensor([int(t)]), state)
-    out = []
-    for _ in range(n_new):
-        tok = int(logits[0].argmax())
-        out.append(tok)
+    state = model.zero_state(1)
+
+    def step(tok):
+        nonlocal state
         logits, state = model.step(torch.tensor([tok]), state)
-    return out
+        return logits[0].numpy()
+
+    return greedy_tokens(step, prompt, n_new)

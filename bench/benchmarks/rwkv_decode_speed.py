@@ -39,7 +39,7 @@ import torch
 
 from edgesmith.compress import Artifact, PassContext, apply_pass
 from edgesmith.compress.export_rwkv_c import ExportRWKVCConfig
-from edgesmith.compress.export_step import export_step_onnx, step_greedy_ort, torch_greedy
+from edgesmith.compress.export_step import export_step_onnx, greedy_tokens, step_greedy_ort, torch_greedy
 from edgesmith.compress.rwkvquant.rtn import rtn_quantize
 from edgesmith.compress.rwkvquant.rwkvquant import linear_modules
 from edgesmith.compress.rwkvquant.tensors import QuantLinear
@@ -79,17 +79,6 @@ class CDecoder:
 
     def step(self, token: int, state):
         return self.dec.step(token), None
-
-
-def c_greedy(path: Path, prompt: list[int], n: int) -> list[int]:
-    dec = CDecoder(path, threads=1).dec
-    for t in prompt:
-        logits = dec.step(t)
-    out = []
-    for _ in range(n):
-        out.append(int(np.argmax(logits)))
-        logits = dec.step(out[-1])
-    return out
 
 
 def c_kernel_in_cache(path: Path, threads: int, name: str = "L0.fk", reps: int = 200) -> dict:
@@ -373,7 +362,7 @@ def main(argv=None) -> int:
                     moved = {"total": exp.report.extra["bytes_per_token"]}
                     entry = {"graph": graph, "runtime": "rwkv-c", "bytes_per_token": moved,
                              "linears": {r.name: r.action for r in exp.report.layers},
-                             "same_tokens_as_torch": c_greedy(path, prompt, 16) == reference}
+                             "same_tokens_as_torch": greedy_tokens(CDecoder(path, threads=1).dec.step, prompt, 16) == reference}
                     make_decoder = lambda t, path=path: CDecoder(path, threads=t)  # noqa: E731
                 else:
                     path = Path(tmp) / f"{name}-{graph}.onnx"
