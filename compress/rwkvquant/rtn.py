@@ -18,6 +18,11 @@ def group_grid(w: torch.Tensor, bits: int, symmetric: bool = False) -> tuple[tor
     maxq = 2**bits - 1
     hi = torch.clamp(w.max(dim=1).values, min=0.0)
     lo = torch.clamp(w.min(dim=1).values, max=0.0)
+    # An all-zero row (a zero-initialised projection) gets the grid [-1, 1], as the reference GPTQ's quantizer
+    # does: its codes then dequantize to exactly 0. Its range would give a scale below fp16's smallest value,
+    # 0 after rounding, and 0 / 0 codes, NaN in GPTQ's error feedback.
+    empty = (hi == 0) & (lo == 0)
+    hi, lo = torch.where(empty, 1.0, hi), torch.where(empty, -1.0, lo)
     if symmetric:
         hi = torch.maximum(hi, -lo)
         scale = fp16_round(torch.clamp(2 * hi / maxq, min=1e-8))

@@ -117,6 +117,19 @@ def test_gptq_codes_equal_the_reference_loop(bits, group, block, act_order, stat
     assert ours.symmetric == sym  # every zero point 2^(b-1) exactly when asked
 
 
+@pytest.mark.parametrize("sym", [False, True])
+def test_zero_rows_quantize_to_zero_as_in_the_reference(sym):
+    # zero-initialised projections (RWKV's output and FFN value) used to get a scale that rounds to 0 in fp16,
+    # so 0 / 0 codes and NaN weights
+    W, H = _problem()
+    W[3] = 0
+    W[5, :64] = 0
+    ours = gptq_quantize(W.float(), H.float(), 4, 64, symmetric=sym)
+    assert torch.equal(ours.codes.double(), reference_gptq(W.float(), H.float(), 4, 64, sym=sym))
+    deq = ours.dequantize()
+    assert torch.isfinite(deq).all() and torch.equal(deq[3], torch.zeros(256))
+
+
 def test_act_order_with_dynamic_groups_is_refused():
     W, H = _problem()
     with pytest.raises(ValueError, match="static_groups"):
