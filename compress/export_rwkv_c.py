@@ -9,8 +9,11 @@ structs use, plus the model's sizes as JSON (``config``):
   4-bit codes (3-bit codes fit unchanged), so the decoder computes with the very weights the quantizer chose;
 - fp32 block linears stay fp32 (``weights="as-is"``) or are rounded to 4 bits here (``weights="int4"``: RTN,
   asymmetric, ``group`` inputs per scale, the grid ``compress.rwkvquant.rtn`` uses);
-- anything else (codebook/VQ layers, wider codes, other groups) is written as its dequantized fp32 weight,
-  and the report says which layers and why;
+- codebook/VQ layers (RWKVQuant's and GPTVQ's) and SQ layers of 5-8 bits keep their weights exactly as 8-bit
+  codes with a scale and an offset per row and group (every VQ weight is an 8-bit codebook code times its
+  codebook's scale plus its offset), for the decoder's 8-bit kernel;
+- anything else (wider codes, other groups, codebooks that do not split into blocks of 64) is written as its
+  dequantized fp32 weight, and the report says which layers and why;
 - embedding, LoRAs, vectors, norms and head stay fp32 (as in the step graphs of ``export-step-onnx``).
 
 Within each 64 inputs of a 4-bit row, byte j holds code j (low nibble) and code j + 32 (high nibble): the
@@ -118,16 +121,57 @@ def from_quad(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a.transpose(0, 2, 1).reshape(quads * QUAD, groups))
 
 
-def _why_not_4bit(q, cols: int) -> str:
-    if getattr(q, "kind", None) != "sq":
-        return f"a {getattr(q, 'kind', type(q).__name__)} layer"
-    if q.bits > 4:
-        return f"{q.bits}-bit codes"
+def pack_bytes(codes: np.ndarray) -> np.ndarray:
+    """(rows, cols) signed 8-bit codes, rows a multiple of 4 and cols of 64 -> (rows / 4, cols / 64, 4, 64): the
+    four rows of a quad interleaved per 64 inputs, as ``pack_nibbles`` does for 4-bit codes."""
+    rows, cols = codes.shape
+    c = codes.astype(np.int8).reshape(rows // QUAD, QUAD, cols // KERNEL_CHUNK, KERNEL_CHUNK)
+    return np.ascontiguousarray(c.transpose(0, 2, 1, 3))
+
+
+def unpack_bytes(packed: np.ndarray) -> np.ndarray:
+    """The inverse of ``pack_bytes``."""
+    quads, chunks = packed.shape[:2]
+    return packed.transpose(0, 2, 1, 3).reshape(quads * QUAD, chunks * KERNEL_CHUNK)
+
+
+def _kernel_form(q, rows: int, cols: int) -> tuple[int, str]:
+    """Which of the decoder's integer kernels takes a quantized layer exactly (4 or 8 bits; 0: none) and, when
+    none does, why."""
+    from edgesmith.compress.rwkvquant.export import vq_block
+
+    kind = getattr(q, "kind", None)
+    if rows % QUAD:
+        return 0, f"{rows} rows (the kernels take multiples of {QUAD})"
+    if kind == "vq":
+        bs = vq_block(q, (64, 128, 256))
+        return (8, "") if bs else (0, f"codebooks of {q.group_cols} columns (the 8-bit kernel needs blocks of "
+                                      f"{KERNEL_CHUNK}, 128 or 256 inside one codebook)")
+    if kind != "sq":
+        return 0, f"a {kind or type(q).__name__} layer"
+    if q.bits > 8:
+        return 0, f"{q.bits}-bit codes"
     if q.group_size % KERNEL_CHUNK or cols % q.group_size:
-        return f"group {q.group_size} (the kernel takes multiples of {KERNEL_CHUNK} that divide the {cols} inputs)"
-    if q.codes.shape[0] % QUAD:
-        return f"{q.codes.shape[0]} rows (the kernel takes multiples of {QUAD})"
-    return ""
+        return 0, f"group {q.group_size} (the kernels take multiples of {KERNEL_CHUNK} that divide the {cols} inputs)"
+    return (4 if q.bits <= 4 else 8), ""
+
+
+def int8_arrays(q, name: str, rows: int, cols: int) -> tuple[dict, int]:
+    """An SQ layer of 5-8 bits or a VQ layer as the 8-bit kernel's arrays (signed codes, per row and group a
+    scale and an offset: w = s q + o, exactly the layer's dequantized weight), and the group."""
+    from edgesmith.compress.rwkvquant.export import vq_block, vq_int8
+
+    if q.kind == "vq":
+        group = vq_block(q, (64, 128, 256))
+        codes, scales, offsets = vq_int8(q, group)
+    else:
+        group = q.group_size
+        codes = q.codes.numpy().astype(np.int64)
+        scales = q.scales.float().numpy().reshape(rows, cols // group)
+        offsets = -scales * q.zeros.numpy().astype(np.float32).reshape(rows, cols // group)
+    centred = (codes.astype(np.int16) - 128).astype(np.int8)  # signed for the kernel: w = s (q' + 128) + o
+    return {f"{name}.q8": pack_bytes(centred), f"{name}.s": by_quad(scales.astype(np.float32)),
+            f"{name}.o": by_quad((offsets + 128.0 * scales).astype(np.float32))}, group
 
 
 def linear_arrays(module, name: str, config: ExportRWKVCConfig) -> tuple[dict, LayerReport]:
@@ -137,18 +181,24 @@ def linear_arrays(module, name: str, config: ExportRWKVCConfig) -> tuple[dict, L
     q = getattr(module, "q", None)
     w = module.weight.detach().float()
     rows, cols = w.shape
+    form = 0
     if q is None and config.weights == "int4" and cols % config.group == 0 and rows % QUAD == 0:
-        q, how = rtn_quantize(w, 4, config.group), f"rounded to 4 bits here (RTN, group {config.group})"
+        q, form, how = rtn_quantize(w, 4, config.group), 4, f"rounded to 4 bits here (RTN, group {config.group})"
     elif q is not None:
-        why = _why_not_4bit(q, cols)
-        how = f"{q.bits}-bit codes kept exactly" if not why else f"dequantized to fp32: {why}"
-        q = None if why else q
+        form, why = _kernel_form(q, rows, cols)
+        how = (f"dequantized to fp32: {why}" if not form else
+               f"{q.bits}-bit codes kept exactly" if q.kind == "sq" and form == 4 else
+               f"{q.bits}-bit codes kept exactly, as 8-bit" if q.kind == "sq" else
+               "codebook codes kept exactly, as 8-bit codes with a scale and an offset per group")
     else:
         how = "fp32" if config.weights == "as-is" else (f"fp32: {rows} x {cols} does not split into quads of rows "
                                                         f"and groups of {config.group} inputs")
-    if q is None:
+    if not form:
         action = "dequantized" if how.startswith("dequantized") else "kept fp32"
         return {f"{name}.w": np.ascontiguousarray(w.numpy())}, LayerReport(name, action, 32.0, rows * cols, reason=how)
+    if form == 8:
+        arrays, group = int8_arrays(q, name, rows, cols)
+        return arrays, LayerReport(name, "quantized", 8 + 64 / group, rows * cols, reason=how)
     ng = cols // q.group_size
     arrays = {f"{name}.q": pack_nibbles(q.codes.numpy()),
               f"{name}.s": by_quad(q.scales.float().numpy().reshape(rows, ng)),
@@ -231,6 +281,8 @@ def macs_per_token(arrays: dict) -> int:
             total += a.size
         elif k.endswith(".q"):
             total += a.size * 2
+        elif k.endswith(".q8"):
+            total += a.size
     return int(total)
 
 
@@ -251,14 +303,15 @@ def _export_rwkv_c(artifact: Artifact, config: ExportRWKVCConfig, ctx: PassConte
                 np.savez(fh, att_x=np.zeros((L, C), np.float32), ffn_x=np.zeros((L, C), np.float32),
                          wkv=arrays["init_wkv"])
     per_token = bytes_per_token(arrays, sizes)
-    n4 = sum(1 for r in layers if r.action == "quantized")
+    n4 = sum(1 for r in layers if r.action == "quantized" and r.bits_per_weight < 8)
+    n8 = sum(1 for r in layers if r.action == "quantized" and r.bits_per_weight >= 8)
     meta = {**{k: v for k, v in artifact.meta.items() if k != "recurrent"}, "rwkv_c": sizes,
             "bytes_per_token": per_token, "macs_per_token": macs_per_token(arrays),
-            "precision": "int4" if n4 else "fp32", "recurrent": recurrent_spec(sizes, "init_wkv" in arrays)}
+            "precision": "int4" if n4 else "int8" if n8 else "fp32", "recurrent": recurrent_spec(sizes, "init_wkv" in arrays)}
     new = Artifact("rwkv-c", path=out, meta=meta)
     lin_bits = sum(r.bits_per_weight * r.n_params for r in layers) / sum(r.n_params for r in layers)
-    notes = [f"{n4} of {len(layers)} block linears as 4-bit codes, the rest fp32; {per_token / 2**20:.1f} MiB "
-             "read per decoded token"]
+    notes = [f"{n4} of {len(layers)} block linears as 4-bit codes, {n8} as 8-bit codes, the rest fp32; "
+             f"{per_token / 2**20:.1f} MiB read per decoded token"]
     notes += [f"{r.name}: {r.reason}" for r in layers if r.action == "dequantized"]
     report = PassReport(config.to_dict(), "torch", "rwkv-c", artifact.size_bytes(), new.size_bytes(),
                         bits_per_weight=lin_bits, layers=layers, notes=notes, extra={"bytes_per_token": per_token})

@@ -5,8 +5,9 @@ into the cache and decodes one token per call through ctypes, batch 1, the state
     logits = dec.step(token); dec.reset()
     get_runtime("rwkv-c").load(artifact).run(tokens)   # (batch, time) ids -> (batch, time, vocab) logits
 
-4-bit block linears run on an integer kernel (int8 activations per group, ``_mm256_maddubs_epi16``); fp32
-ones, LoRAs and the head on an FMA dot product; the rows of every large matrix are split over ``threads``
+4-bit and 8-bit block linears (the 8-bit ones: codebook/VQ layers and wider SQ codes, exactly) run on integer
+kernels (int8 activations per group, ``_mm256_maddubs_epi16``); fp32 ones, LoRAs and the head on an FMA dot
+product; the rows of every large matrix are split over ``threads``
 OpenMP threads. ``threads`` None or 0 means every core.
 """
 from __future__ import annotations
@@ -31,8 +32,8 @@ _p = ctypes.c_void_p
 
 
 class Mat(ctypes.Structure):
-    _fields_ = [("rows", ctypes.c_int), ("cols", ctypes.c_int), ("group", ctypes.c_int),
-                ("w", _p), ("q", _p), ("s", _p), ("z", _p)]
+    _fields_ = [("rows", ctypes.c_int), ("cols", ctypes.c_int), ("group", ctypes.c_int), ("bits", ctypes.c_int),
+                ("w", _p), ("q", _p), ("s", _p), ("z", _p), ("o", _p)]
 
 
 LAYER_VECTORS = ("ln1_w", "ln1_b", "ln2_w", "ln2_b", "x_r", "x_w", "x_k", "x_v", "x_a", "x_g", "w0", "a0", "v0",
@@ -111,20 +112,24 @@ class RWKVCDecoder:
         if f"{name}.w" in self.arrays_:
             w = self.arrays_[f"{name}.w"]
             self._check(name, w.shape, (rows, cols))
-            return Mat(rows, cols, 0, self._ptr(f"{name}.w", np.float32), None, None, None)
-        q, s = self.arrays_[f"{name}.q"], self.arrays_[f"{name}.s"]
+            return Mat(rows, cols, 0, 32, self._ptr(f"{name}.w", np.float32), None, None, None, None)
+        bits, width = (8, 64) if f"{name}.q8" in self.arrays_ else (4, 32)
+        q, s = self.arrays_[f"{name}.q" if bits == 4 else f"{name}.q8"], self.arrays_[f"{name}.s"]
         if rows % 4 or cols % 64 or s.ndim != 3:
-            raise EdgesmithError(f"{self.path}: {name} ({rows} x {cols}) is not in the 4-bit kernel's layout.",
+            raise EdgesmithError(f"{self.path}: {name} ({rows} x {cols}) is not in the {bits}-bit kernel's layout.",
                                  "re-export the model with export-rwkv-c.")
-        self._check(name, q.shape, (rows // 4, cols // 64, 4, 32))
+        self._check(name, q.shape, (rows // 4, cols // 64, 4, width))
         group = cols // max(s.shape[1], 1)
         self._check(name, s.shape, (rows // 4, cols // group, 4))
-        self._check(name, self.arrays_[f"{name}.z"].shape, s.shape)
+        self._check(name, self.arrays_[f"{name}.z" if bits == 4 else f"{name}.o"].shape, s.shape)
         if group % 64 or group * s.shape[1] != cols:
             raise EdgesmithError(f"{self.path}: {name} has groups of {cols}/{s.shape[1]} inputs.",
                                  "re-export the model with a group that is a multiple of 64.")
-        return Mat(rows, cols, group, None, self._ptr(f"{name}.q", np.uint8), self._ptr(f"{name}.s", np.float32),
-                   self._ptr(f"{name}.z", np.uint8))
+        if bits == 8:
+            return Mat(rows, cols, group, 8, None, self._ptr(f"{name}.q8", np.int8), self._ptr(f"{name}.s", np.float32),
+                       None, self._ptr(f"{name}.o", np.float32))
+        return Mat(rows, cols, group, 4, None, self._ptr(f"{name}.q", np.uint8), self._ptr(f"{name}.s", np.float32),
+                   self._ptr(f"{name}.z", np.uint8), None)
 
     def _check(self, name, got, want) -> None:
         if tuple(got) != tuple(want):
@@ -224,8 +229,8 @@ class RWKVCRuntime(Runtime):
     contract_fixture = "rwkv-c"
     formats = ("rwkv-c",)
     multi_input = True  # a step: {"token": (B,), "att_x": (B, L, C), "ffn_x": ..., "wkv": (B, L, H, N, N)}
-    description = ("RWKV-6/7 decoder in C (gcc -O3 -mavx2 -mfma -fopenmp): 4-bit block linears on an int8-activation "
-                   "AVX2 kernel, batch-1 steps through ctypes")
+    description = ("RWKV-6/7 decoder in C (gcc -O3 -mavx2 -mfma -fopenmp): 4- and 8-bit block linears on "
+                   "int8-activation AVX2 kernels, batch-1 steps through ctypes")
 
     @classmethod
     def available(cls) -> tuple[bool, str]:

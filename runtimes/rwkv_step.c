@@ -10,6 +10,10 @@
  * The activation is quantized per group to int8 (scale max|x| / 127, the way onnxruntime's MatMulNBits does it at
  * accuracy_level 4), and a row's group contributes s * xs * (sum_j q_j xq_j - z sum_j xq_j): the integer dot
  * product runs on _mm256_maddubs_epi16 (unsigned codes times signed activations), 64 weights per 3 loads.
+ * 8-bit linears (the exact form of codebook/VQ layers, whose every weight is an 8-bit codebook code times the
+ * codebook's scale plus its offset, and of wider SQ codes): signed codes q, per row and group a scale s and an
+ * offset o, w = s q + o, in the same quad layout with 64 bytes per row and 64 inputs. The products run on
+ * maddubs(|q|, sign(xq, q)) and the offsets through the activation group's sum.
  * This is the step a decoder is bound by: every weight byte read once per token.
  */
 #include <immintrin.h>
@@ -21,11 +25,13 @@
 #endif
 
 typedef struct {
-    int rows, cols, group; /* group 0: fp32 weight w (rows x cols); else 4-bit q, s, z (rows a multiple of 4) */
+    int rows, cols, group; /* group 0: fp32 weight w (rows x cols); else bits-bit codes (rows a multiple of 4) */
+    int bits;              /* 4: q, s, z, w = s (q - z); 8: q (signed), s, o, w = s q + o */
     const float *w;
-    const uint8_t *q;      /* [rows / 4][cols / 64][4 rows][32 bytes] */
+    const uint8_t *q;      /* 4 bits: [rows / 4][cols / 64][4 rows][32 bytes]; 8 bits: [..][4 rows][64 bytes] */
     const float *s;        /* [rows / 4][cols / group][4 rows] */
-    const uint8_t *z;      /* [rows / 4][cols / group][4 rows] */
+    const uint8_t *z;      /* 4 bits: [rows / 4][cols / group][4 rows] */
+    const float *o;        /* 8 bits: [rows / 4][cols / group][4 rows] */
 } Mat;
 
 typedef struct {
@@ -169,9 +175,57 @@ static inline __attribute__((always_inline)) void dot_q4_quad_g(const Mat *w, in
     for (int r = 0; r < 4; r++) y[4 * quad + r] = hsum8(acc[r]) - c4[r];
 }
 
-/* The group as a constant where it is the usual 64: one 128-byte step per group, no inner loop. */
-static void dot_q4_quad(const Mat *w, int quad, const int8_t *xq, const float *xs, const float *xsx, float *y) {
-    if (w->group == 64)
+/* Rows 4 quad .. 4 quad + 3 of an 8-bit matrix, laid out as the 4-bit ones (a quad's rows interleaved per 64
+ * inputs, 64 bytes each). |q| <= 128 and |xq| <= 127, so maddubs' pair sums (<= 32512) do not saturate; each
+ * 32-byte half goes to 32 bits on its own. */
+static inline __attribute__((always_inline)) void dot_q8_quad_g(const Mat *w, int quad, const int8_t *xq,
+                                                                 const float *xs, const float *xsx, float *y,
+                                                                 const int G) {
+    const int ng = w->cols / G;
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int8_t *q = (const int8_t *)w->q + (long)quad * 4 * w->cols;
+    const float *s = w->s + (long)quad * 4 * ng, *o = w->o + (long)quad * 4 * ng;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m128 off = _mm_setzero_ps(); /* sum_g o xs sum(xq), one lane per row */
+    for (int g = 0; g < ng; g++) {
+        __m256i is[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                         _mm256_setzero_si256()};
+        for (int c = g * G; c < (g + 1) * G; c += 64) {
+            const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + c));
+            const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + c + 32));
+            _mm_prefetch((const char *)(q + PREFETCH), _MM_HINT_T0);
+            _mm_prefetch((const char *)(q + PREFETCH + 64), _MM_HINT_T0);
+            _mm_prefetch((const char *)(q + PREFETCH + 128), _MM_HINT_T0);
+            _mm_prefetch((const char *)(q + PREFETCH + 192), _MM_HINT_T0);
+            for (int r = 0; r < 4; r++) {
+                const __m256i b0 = _mm256_loadu_si256((const __m256i *)(q + 64 * r));
+                const __m256i b1 = _mm256_loadu_si256((const __m256i *)(q + 64 * r + 32));
+                const __m256i p0 = _mm256_maddubs_epi16(_mm256_abs_epi8(b0), _mm256_sign_epi8(x0, b0));
+                const __m256i p1 = _mm256_maddubs_epi16(_mm256_abs_epi8(b1), _mm256_sign_epi8(x1, b1));
+                is[r] = _mm256_add_epi32(is[r], _mm256_add_epi32(_mm256_madd_epi16(p0, ones),
+                                                                 _mm256_madd_epi16(p1, ones)));
+            }
+            q += 256;
+        }
+        off = _mm_fmadd_ps(_mm_loadu_ps(o + 4 * g), _mm_set1_ps(xsx[g]), off);
+        float sc[4];
+        _mm_storeu_ps(sc, _mm_mul_ps(_mm_loadu_ps(s + 4 * g), _mm_set1_ps(xs[g])));
+        for (int r = 0; r < 4; r++)
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r]), _mm256_set1_ps(sc[r]), acc[r]);
+    }
+    float o4[4];
+    _mm_storeu_ps(o4, off);
+    for (int r = 0; r < 4; r++) y[4 * quad + r] = hsum8(acc[r]) + o4[r];
+}
+
+/* The group as a constant where it is the usual 64: one step per group, no inner loop. */
+static void dot_quad(const Mat *w, int quad, const int8_t *xq, const float *xs, const float *xsx, float *y) {
+    if (w->bits == 8) {
+        if (w->group == 64)
+            dot_q8_quad_g(w, quad, xq, xs, xsx, y, 64);
+        else
+            dot_q8_quad_g(w, quad, xq, xs, xsx, y, w->group);
+    } else if (w->group == 64)
         dot_q4_quad_g(w, quad, xq, xs, xsx, y, 64);
     else
         dot_q4_quad_g(w, quad, xq, xs, xsx, y, w->group);
@@ -191,20 +245,21 @@ static inline int job_units(const Mat *w) { return w->group ? w->rows / 4 : (w->
 
 /* Bytes a unit of work reads: what the threads split evenly. */
 static inline long unit_bytes(const Mat *w) {
-    return w->group ? 2L * w->cols + 5L * 4 * w->cols / w->group : 4L * FP32_ROWS * w->cols;
+    if (!w->group) return 4L * FP32_ROWS * w->cols;
+    return w->bits == 8 ? 4L * w->cols + 8L * 4 * w->cols / w->group : 2L * w->cols + 5L * 4 * w->cols / w->group;
 }
 
 static void run_unit(const Job *j, int u, const int8_t *xq, const float *xs, const float *xsx) {
     const Mat *w = j->w;
     if (w->group) {
-        dot_q4_quad(w, u, xq, xs, xsx, j->y);
+        dot_quad(w, u, xq, xs, xsx, j->y);
         return;
     }
     int end = (u + 1) * FP32_ROWS < w->rows ? (u + 1) * FP32_ROWS : w->rows;
     for (int r = u * FP32_ROWS; r < end; r++) j->y[r] = dot_f32(w->w + (long)r * w->cols, j->x, w->cols);
 }
 
-/* Every product of a batch (independent of each other) in one parallel region: each 4-bit job's input is
+/* Every product of a batch (independent of each other) in one parallel region: each quantized job's input is
  * quantized into its own slot first, then the threads take contiguous shares of the batch's bytes. A row is
  * always computed by the same code, so the result does not depend on the thread count. */
 static void gemv_batch(const Model *m, const Job *jobs, int n) {

@@ -15,7 +15,9 @@ to an fp32 weight at load, and again with them as exact 8-bit MatMulNBits, ``vq_
 deploy graph (batch dimension dynamic, what ``edgesmith deploy`` writes) and the decode graph
 (``export_step_onnx(batch=1)``: every shape static, so onnxruntime folds the shape arithmetic away). With
 ``rwkv-c`` among ``--runtimes``, each model is also written by ``export-rwkv-c`` and decoded by the
-C decoder ("c": 4-bit codes as they are, on its AVX2 integer kernel; fp32 and VQ layers in fp32).
+C decoder ("c": 4-bit codes as they are, on its AVX2 integer kernel; VQ layers as their exact 8-bit codes
+on its 8-bit kernel, so the RWKVQuant model's "c" row is the counterpart of its ``int8vq`` graphs; fp32 layers
+in fp32).
 
 The bound: the bytes one token must move (every initializer onnxruntime keeps, except that an embedding
 table is read one row; plus the recurrent state read and written) divided by the read bandwidth measured
@@ -354,7 +356,7 @@ def main(argv=None) -> int:
             reference = torch_greedy(mod, prompt, 16)
             for graph, batch in graphs:
                 if graph == "c":
-                    if vq_form == "int8":  # the C decoder has one form of VQ layers (fp32), measured once
+                    if vq_form == "int8":  # the C decoder has one form of VQ layers (8-bit), measured once
                         continue
                     path = Path(tmp) / f"{name}.rwkvc.npz"
                     exp = apply_pass(Artifact("torch", module=mod), ExportRWKVCConfig(), PassContext(workdir=Path(tmp) / name))

@@ -113,17 +113,19 @@ def _vq_gather(node: onnx.NodeProto, q: VQTensor, prefix: str):
     return nodes, inits
 
 
-def _vq_block(q: VQTensor) -> int | None:
-    """The MatMulNBits block size for a VQ layer: a power of two >= 16 (64 if it can) inside one codebook's
-    columns; None when the layout has none."""
-    for bs in (64, 32, 16, 128, 256):
+def vq_block(q: VQTensor, sizes: tuple[int, ...] = (64, 32, 16, 128, 256)) -> int | None:
+    """The first of ``sizes`` (powers of two, each a multiple of the vector length) that can be a block of the
+    VQ layer's 8-bit form: inside one codebook's columns and one normalisation scale block; None when none is."""
+    for bs in sizes:
         if (q.group_cols % bs == 0 and bs % q.dim == 0 and q.indices.shape[1] * q.dim % bs == 0
                 and (q.scale_codes is None or q.scale_block % bs == 0)):
             return bs
     return None
 
 
-def _vq_matmulnbits8(node: onnx.NodeProto, q: VQTensor, prefix: str, accuracy_level: int, bs: int):
+def vq_int8(q: VQTensor, bs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A VQ layer exactly as 8-bit codes: (out, in) uint8 codes and, per row and block of ``bs`` inputs, a scale
+    and an offset with w = code * scale + offset (the codebook's, times the block's normalisation scale)."""
     out, n_vec = q.indices.shape
     k = n_vec * q.dim
     nb = k // bs
@@ -135,6 +137,13 @@ def _vq_matmulnbits8(node: onnx.NodeProto, q: VQTensor, prefix: str, accuracy_le
     if q.scale_codes is not None:  # w = (code * cs + lo) * s: the block's scale s folds into both
         s = q.scales()[:, np.arange(nb) * bs].numpy()
         scales, offsets = scales * s, offsets * s
+    return codes, scales, offsets
+
+
+def _vq_matmulnbits8(node: onnx.NodeProto, q: VQTensor, prefix: str, accuracy_level: int, bs: int):
+    codes, scales, offsets = vq_int8(q, bs)
+    out, k = codes.shape
+    nb = k // bs
     inits = [numpy_helper.from_array(codes.reshape(out, nb, bs), prefix + "_B"),
              numpy_helper.from_array(scales.reshape(-1), prefix + "_scales"),
              numpy_helper.from_array(np.zeros(out * nb, np.uint8), prefix + "_zp"),
@@ -180,7 +189,7 @@ def rewrite_quantized(g: onnx.ModelProto, quantized: dict, accuracy_level: int, 
             if isinstance(q, SQTensor):
                 raise EdgesmithError(f"an SQ layer with {q.bits} bits / group {q.group_size} has no MatMulNBits form.",
                                      "use at most 4 bits and a power-of-two group of at least 16.")
-            bs = _vq_block(q) if vq_form == "int8" else None
+            bs = vq_block(q) if vq_form == "int8" else None
             if bs is not None:
                 nodes, extra = _vq_matmulnbits8(node, q, prefix, accuracy_level, bs)
                 counts["vq_int8"] += 1

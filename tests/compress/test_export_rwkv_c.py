@@ -1,5 +1,5 @@
-"""export-rwkv-c: the C decoder's file keeps 4-bit codes exactly in the kernel's layout, keeps or rounds fp32
-linears as asked, and refuses models it cannot decode."""
+"""export-rwkv-c: the C decoder's file keeps 4-bit codes exactly in the kernel's layout, codebook (VQ) and wider
+SQ layers exactly as 8-bit codes, keeps or rounds fp32 linears as asked, and refuses models it cannot decode."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,8 @@ import torch
 
 from edgesmith.common import EdgesmithError
 from edgesmith.compress import Artifact, PassContext, apply_pass
-from edgesmith.compress.export_rwkv_c import (ExportRWKVCConfig, by_quad, from_quad, pack_nibbles, unpack_nibbles)
+from edgesmith.compress.export_rwkv_c import (ExportRWKVCConfig, by_quad, from_quad, pack_bytes, pack_nibbles,
+                                              unpack_bytes, unpack_nibbles)
 from edgesmith.compress.rwkvquant.rtn import rtn_quantize
 from edgesmith.compress.rwkvquant.rwkvquant import linear_modules
 from edgesmith.compress.rwkvquant.tensors import QuantLinear
@@ -37,6 +38,34 @@ def test_nibble_packing_and_quad_interleaving_round_trip():
     scales = rng.normal(size=(8, 3)).astype(np.float32)
     assert by_quad(scales)[1, 2, 3] == scales[7, 2]
     np.testing.assert_array_equal(from_quad(by_quad(scales)), scales)
+
+
+def test_byte_packing_interleaves_a_quads_rows_per_64_inputs():
+    codes = np.random.default_rng(0).integers(-128, 128, size=(8, 128)).astype(np.int8)
+    packed = pack_bytes(codes)
+    assert packed.shape == (2, 2, 4, 64) and packed[1, 1, 2, 5] == codes[6, 69]
+    np.testing.assert_array_equal(unpack_bytes(packed), codes)
+
+
+@pytest.mark.parametrize("method,bits", [("gptvq", 3), ("gptq", 6)])
+def test_codebook_and_wide_layers_become_8bit_codes_equal_to_their_weights(tmp_path, method, bits):
+    # the 8-bit form is exact: signed code times scale plus offset is the quantized model's own weight
+    from edgesmith.compress.rwkvquant import make_config, quantize_rwkv
+
+    calib = np.random.default_rng(3).integers(0, 256, (8, 64))
+    q, _ = quantize_rwkv(rwkv7(), calib, make_config(method, bits=bits, seed=0))
+    res = export(q, tmp_path)
+    assert {r.action for r in res.report.layers} == {"quantized"}
+    assert all(r.bits_per_weight == 9.0 for r in res.report.layers)  # 8-bit codes + 2 floats per 64
+    with np.load(res.artifact.path) as z:
+        for name, mod in (("L0.k", q.blocks[0].att.key), ("L1.fv", q.blocks[1].ffn.value)):
+            codes = unpack_bytes(z[name + ".q8"]).astype(np.float64)
+            s, o = from_quad(z[name + ".s"]).astype(np.float64), from_quad(z[name + ".o"]).astype(np.float64)
+            group = codes.shape[1] // s.shape[1]
+            w = codes * np.repeat(s, group, 1) + np.repeat(o, group, 1)
+            ref = mod.weight.detach().double().numpy()
+            np.testing.assert_allclose(w, ref, atol=1e-6 * np.abs(ref).max(), rtol=0)
+    assert "12 as 8-bit codes" in res.report.notes[0]
 
 
 def test_quantized_linears_keep_their_codes_and_fp32_ones_stay_fp32(tmp_path):

@@ -1,5 +1,5 @@
-"""The C RWKV-6/7 decoder: fp32 steps reproduce the torch model, the 4-bit kernel computes exactly the integer
-arithmetic it documents, and thread count, restarts and bad input behave."""
+"""The C RWKV-6/7 decoder: fp32 steps reproduce the torch model, the 4- and 8-bit kernels compute exactly the
+integer arithmetic they document, and thread count, restarts and bad input behave."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,7 @@ import torch
 
 from edgesmith.common import EdgesmithError
 from edgesmith.compress import Artifact, PassContext, apply_pass
-from edgesmith.compress.export_rwkv_c import ExportRWKVCConfig, from_quad, unpack_nibbles
+from edgesmith.compress.export_rwkv_c import ExportRWKVCConfig, from_quad, unpack_bytes, unpack_nibbles
 from edgesmith.models.rwkv.base import RWKVConfig
 from edgesmith.models.rwkv.checkpoint import build_model
 from edgesmith.runtimes import get_runtime
@@ -41,6 +41,32 @@ def torch_logits(model, tokens) -> np.ndarray:
         return model(torch.as_tensor(tokens)[None])[0][0].numpy()
 
 
+def quantized_model(method: str, bits: int, version: int = 7, n_embd: int = 128):
+    from edgesmith.compress.rwkvquant import make_config, quantize_rwkv
+
+    calib = np.random.default_rng(3).integers(0, 256, (8, 64))
+    return quantize_rwkv(rwkv_model(n_embd=n_embd, version=version), calib, make_config(method, bits=bits, seed=0))[0]
+
+
+def int8_activations(x: np.ndarray, ng: int) -> tuple[np.ndarray, np.ndarray]:
+    """The kernels' activation codes per group (scale max|x| / 127, round half to even) and the scales, float64."""
+    xg = x.astype(np.float32).reshape(ng, -1)
+    m = np.abs(xg).max(1)
+    return np.round(xg * (np.float32(127) / m)[:, None]).astype(np.float64), (m / np.float32(127)).astype(np.float64)
+
+
+def exact_q8(dec: RWKVCDecoder, name: str, x: np.ndarray) -> np.ndarray:
+    """The 8-bit kernel's arithmetic in float64: integer products of signed codes and int8 activations, the
+    scale times both scales, the offset times the activation group's sum as the kernel sees it (xs sum xq)."""
+    a = dec.arrays_
+    q = unpack_bytes(a[f"{name}.q8"]).astype(np.float64)
+    s, o = from_quad(a[f"{name}.s"]).astype(np.float64), from_quad(a[f"{name}.o"]).astype(np.float64)
+    rows, ng = s.shape
+    xq, xs = int8_activations(x, ng)
+    isum = (q.reshape(rows, ng, -1) * xq[None]).sum(-1)
+    return (isum * s * xs[None] + o * (xs * xq.sum(-1))[None]).sum(1)
+
+
 def exact_q4(dec: RWKVCDecoder, name: str, x: np.ndarray) -> np.ndarray:
     """The kernel's arithmetic in float64: int8 activations per group (scale max|x| / 127, round half to even),
     integer products with the 4-bit codes, zero points through the group's code sum, then the two scales."""
@@ -48,10 +74,7 @@ def exact_q4(dec: RWKVCDecoder, name: str, x: np.ndarray) -> np.ndarray:
     q = unpack_nibbles(a[f"{name}.q"]).astype(np.float64)
     s, z = from_quad(a[f"{name}.s"]).astype(np.float64), from_quad(a[f"{name}.z"]).astype(np.float64)
     rows, ng = s.shape
-    xg = x.astype(np.float32).reshape(ng, -1)
-    m = np.abs(xg).max(1)
-    xq = np.round(xg * (np.float32(127) / m)[:, None]).astype(np.float64)
-    xs = (m / np.float32(127)).astype(np.float64)
+    xq, xs = int8_activations(x, ng)
     isum = (q.reshape(rows, ng, -1) * xq[None]).sum(-1) - z * xq.sum(-1)[None]
     return (isum * s * xs[None]).sum(1)
 
@@ -91,24 +114,40 @@ def test_4bit_decoding_stays_close_to_the_quantized_torch_model(tmp_path, versio
     assert (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.8
 
 
-def test_rwkvquant_models_decode_with_their_vq_layers_in_fp32(tmp_path):
-    from edgesmith.compress.rwkvquant import make_config, quantize_rwkv
+def test_the_8bit_kernel_computes_its_documented_integer_arithmetic(tmp_path):
+    dec = RWKVCDecoder(export(quantized_model("gptvq", 3, n_embd=256), tmp_path).path, threads=1)
+    rng = np.random.default_rng(1)
+    for name, n_in in (("L0.fk", 256), ("L1.fv", 1024), ("L0.r", 256)):
+        assert f"{name}.q8" in dec.arrays_
+        x = rng.normal(size=n_in).astype(np.float32)
+        x[3] = 40.0
+        ref = exact_q8(dec, name, x)
+        np.testing.assert_allclose(dec.gemv(name, x), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
-    model = rwkv_model(n_embd=128)
-    calib = np.random.default_rng(3).integers(0, 256, (8, 64))
-    q, _ = quantize_rwkv(model, calib, make_config("rwkvquant", bits=3, seed=0))
+
+@pytest.mark.parametrize("version", [6, 7])
+def test_rwkvquant_models_decode_with_every_layer_as_codes(tmp_path, version):
+    # SQ layers on the 4-bit kernel, VQ layers on the 8-bit one. RWKV-6's FFN value here has 448 inputs, so
+    # its codebooks span 224 columns: no block of 64 fits, and that one layer is written fp32 with the reason.
+    q = quantized_model("rwkvquant", 3, version=version)
     res = apply_pass(Artifact("torch", module=q), ExportRWKVCConfig(), PassContext(workdir=tmp_path))
-    actions = {r.action for r in res.report.layers}
-    assert "quantized" in actions  # its SQ layers kept as codes
+    kinds = {getattr(getattr(m, "q", None), "kind", None) for m in q.modules()} - {None}
+    assert kinds == {"sq", "vq"}  # the proxy chose both, so both kernels are exercised
+    fallback = {r.name: r.reason for r in res.report.layers if r.action != "quantized"}
+    if version == 7:
+        assert fallback == {}
+    else:
+        assert set(fallback) <= {"L0.fv", "L1.fv"} and all("224 columns" in r for r in fallback.values())
     tokens = np.random.default_rng(4).integers(0, 256, 12)
     got = np.stack([step for step in map(RWKVCDecoder(res.artifact.path).step, map(int, tokens))])
     ref = torch_logits(q, tokens)
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 0.03
 
 
-@pytest.mark.parametrize("version", [6, 7])
-def test_threads_split_rows_without_changing_a_bit(tmp_path, version):
-    path = export(rwkv_model(version=version), tmp_path, weights="int4").path
+@pytest.mark.parametrize("version,method", [(6, None), (7, None), (7, "gptvq")])
+def test_threads_split_rows_without_changing_a_bit(tmp_path, version, method):
+    model = quantized_model(method, 3, version) if method else rwkv_model(version=version)
+    path = export(model, tmp_path, weights="int4").path
     tokens = [5, 17, 200, 3, 3, 99]
     one, two = RWKVCDecoder(path, threads=1), RWKVCDecoder(path, threads=2)
     for t in tokens:
