@@ -75,6 +75,7 @@ def library():
         lib.rwkv_step.argtypes, lib.rwkv_step.restype = [ctypes.POINTER(Model), ctypes.c_int, _p], ctypes.c_int
         lib.rwkv_gemv.argtypes = [ctypes.POINTER(Model), ctypes.POINTER(Mat), _p, _p]
         lib.rwkv_gemv.restype = ctypes.c_int
+        lib.rwkv_read_probe.argtypes, lib.rwkv_read_probe.restype = [_p, ctypes.c_long], ctypes.c_double
         _LIB = lib
     return _LIB
 

@@ -40,7 +40,7 @@ import onnx
 import torch
 
 from edgesmith.compress import Artifact, PassContext, apply_pass
-from edgesmith.compress.export_rwkv_c import ExportRWKVCConfig
+from edgesmith.compress.export_rwkv_c import ExportRWKVCConfig, why_unavailable
 from edgesmith.compress.export_step import export_step_onnx, greedy_tokens, step_greedy_ort, torch_greedy
 from edgesmith.compress.rwkvquant.rtn import rtn_quantize
 from edgesmith.compress.rwkvquant.rwkvquant import linear_modules
@@ -158,11 +158,12 @@ def bytes_per_token(path: Path, spec: dict) -> dict:
 
 
 class ReadProbe:
-    """The read bandwidth a token's weights can stream at, per thread count in ``threads``, measured two ways: a
-    torch float32 sum of an ``n_bytes`` array, and onnxruntime's own fp32 MatMul over a chain of ``links`` batch-1
-    products with 1024 x 4096 weights (16 MiB each: the decode's access pattern). The bound uses the faster of
-    the two: a bound some kernel beats is no bound. Called once per decode round, so the bound moves with a
-    shared machine's load. One array and one chain serve every thread count (a session per count)."""
+    """The read bandwidth a token's weights can stream at, per thread count in ``threads``, measured three ways: a
+    torch float32 sum of an ``n_bytes`` array, onnxruntime's own fp32 MatMul over a chain of ``links`` batch-1
+    products with 1024 x 4096 weights (16 MiB each: the decode's access pattern), and, where the C decoder
+    builds, its own read loop over the same array (AVX2 loads with the kernels' software prefetch). The bound
+    uses the fastest: a bound some kernel beats is no bound. Called once per decode round, so the bound moves
+    with a shared machine's load. One array and one chain serve every thread count (a session per count)."""
 
     def __init__(self, threads: list[int], n_bytes: int = 512 * 2**20, links: int = 24, reps: int = 3):
         from onnx import TensorProto, helper, numpy_helper
@@ -185,12 +186,17 @@ class ReadProbe:
         self.sessions = {t: ort_session(model, t) for t in threads}
         for sess in self.sessions.values():
             sess.run(None, self.x)
+        self.c_lib = None
+        if not why_unavailable():
+            from edgesmith.runtimes.rwkv_c_rt import library
+
+            self.c_lib = library()
 
     def __call__(self, threads: int) -> dict:
         """Bytes/s of each stream on ``threads`` threads (best of ``reps``) and the faster of the two."""
         before = torch.get_num_threads()
         torch.set_num_threads(threads)
-        t_sum = t_mm = float("inf")
+        t_sum = t_mm = t_c = float("inf")
         for _ in range(self.reps):
             t = time.perf_counter()
             self.array.sum().item()
@@ -198,9 +204,32 @@ class ReadProbe:
             t = time.perf_counter()
             self.sessions[threads].run(None, self.x)
             t_mm = min(t_mm, time.perf_counter() - t)
+            if self.c_lib is not None:
+                self.c_lib.rwkv_set_threads(threads)
+                t = time.perf_counter()
+                self.c_lib.rwkv_read_probe(self.array.data_ptr(), self.array.numel())
+                t_c = min(t_c, time.perf_counter() - t)
         torch.set_num_threads(before)
         out = {"torch_sum": self.array.numel() * 4 / t_sum, "ort_matmul": self.chain_bytes / t_mm}
+        if self.c_lib is not None:
+            out["c_read"] = self.array.numel() * 4 / t_c
         return {**out, "best": max(out.values())}
+
+
+def last_level_cache_bytes(cpu_dir: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int | None:
+    """Size of the CPU's last-level cache (sysfs; None where it is not exposed). A model whose bytes per token
+    fit in it need not stream from DRAM at all, so its ratio to a DRAM bound says little."""
+    best = None
+    for index in sorted(cpu_dir.glob("index*")):
+        try:
+            level, size = int((index / "level").read_text()), (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        units = {"K": 2**10, "M": 2**20, "G": 2**30}
+        n = int(size[:-1]) * units[size[-1]] if size[-1:] in units else int(size)
+        if best is None or level >= best[0]:
+            best = (level, n)
+    return best[1] if best else None
 
 
 def tokens_per_s(dec: StepDecoder, n: int) -> float:
@@ -332,7 +361,9 @@ def main(argv=None) -> int:
     m = random_model(a.version, a.n_layer, a.n_embd, a.head_size)
     models = {"fp32": m, f"int{a.bits}": quantize_rtn(m, a.bits, a.group),
               f"int{a.bits}-sym": quantize_rtn(m, a.bits, a.group, symmetric=True)}
+    llc = last_level_cache_bytes()
     res = {"model": m.cfg.to_dict(), "bits": a.bits, "group": a.group, "cpu_count": os.cpu_count(),
+           "last_level_cache_bytes": llc,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "graphs": {}}
     if a.symmetric_ab:
         res["symmetric_ab"] = symmetric_ab({k: models[k] for k in (f"int{a.bits}", f"int{a.bits}-sym")}, threads,
@@ -386,7 +417,8 @@ def main(argv=None) -> int:
                         runs.append(tokens_per_s(dec, a.tokens))
                     entry[str(t)] = {"tokens_per_s": statistics.median(runs), "runs": runs,
                                      "bound_tokens_per_s": statistics.median(bounds), "bounds": bounds,
-                                     "times_bound": statistics.median(b / r for b, r in zip(bounds, runs))}
+                                     "times_bound": statistics.median(b / r for b, r in zip(bounds, runs)),
+                                     "fits_in_last_level_cache": llc is not None and moved["total"] <= llc}
                     rows.append((name, graph, t, moved["total"], entry[str(t)]))
                     if name == f"int{a.bits}" and graph == "c":
                         entry[str(t)]["c_kernel_in_cache"] = c_kernel_in_cache(path, t)
@@ -411,11 +443,16 @@ def main(argv=None) -> int:
     bw = {t: statistics.median(v) for t, v in res["read_bandwidth_GBps"].items()}
     print(f"read bandwidth, median (best) of the rounds: "
           f"{', '.join(f'{t} thread(s) {v:.1f} ({best[t]:.1f}) GB/s' for t, v in bw.items())}")
+    if any(r["fits_in_last_level_cache"] for *_, r in rows):
+        print(f"note: rows marked * read at most the last-level cache's {llc / 2**20:.0f} MiB per token, so they "
+              "need not stream from DRAM; their ratio to the DRAM bound can fall below 1 (use a larger "
+              "--n-layer/--n-embd for a memory-bound figure)")
     print("| model | graph | threads | MB/token | tokens/s | bound tokens/s | x bound (paired) | x best bound |\n"
           "|---|---|---|---|---|---|---|---|")
     for name, graph, t, moved, r in rows:
-        print(f"| {name} | {graph} | {t} | {moved / 1e6:.1f} | {r['tokens_per_s']:.1f} | {r['bound_tokens_per_s']:.1f} "
-              f"| {r['times_bound']:.2f} | {r['times_best_bound']:.2f} |")
+        mark = "*" if r["fits_in_last_level_cache"] else ""
+        print(f"| {name}{mark} | {graph} | {t} | {moved / 1e6:.1f} | {r['tokens_per_s']:.1f} | "
+              f"{r['bound_tokens_per_s']:.1f} | {r['times_bound']:.2f} | {r['times_best_bound']:.2f} |")
     for t in threads:
         c = res["graphs"].get(f"int{a.bits}/c", {}).get(str(t), {}).get("c_kernel_in_cache")
         if c:

@@ -7,12 +7,38 @@ from edgesmith.bench.benchmarks import rwkv_decode_speed
 from edgesmith.bench.benchmarks.rwkv_decode_speed import ReadProbe
 
 
-def test_read_probe_measures_both_streams_and_bounds_with_the_faster():
+def test_read_probe_measures_every_stream_and_bounds_with_the_fastest():
     probe = ReadProbe([1, 2], n_bytes=8 * 2**20, links=3, reps=2)
+    streams = ("torch_sum", "ort_matmul") + (("c_read",) if probe.c_lib is not None else ())
     for t in (1, 2):
         bw = probe(t)
-        assert bw["torch_sum"] > 0 and bw["ort_matmul"] > 0
-        assert bw["best"] == max(bw["torch_sum"], bw["ort_matmul"])
+        assert set(bw) == {*streams, "best"} and all(bw[k] > 0 for k in streams)
+        assert bw["best"] == max(bw[k] for k in streams)
+
+
+def test_the_c_read_probe_reads_every_float_on_any_thread_count():
+    import numpy as np
+
+    from edgesmith.runtimes.rwkv_c_rt import library, why_unavailable
+
+    if why_unavailable():
+        pytest.skip(why_unavailable())
+    lib = library()
+    a = np.arange(1, 100_004, dtype=np.float32) % 7  # not whole 32-float steps, nor even shares
+    for t in (1, 2, 3):
+        lib.rwkv_set_threads(t)
+        assert lib.rwkv_read_probe(a.ctypes.data, a.size) == pytest.approx(float(a.sum(dtype=np.float64)), rel=1e-6)
+
+
+def test_last_level_cache_is_the_highest_level_sysfs_lists(tmp_path):
+    from edgesmith.bench.benchmarks.rwkv_decode_speed import last_level_cache_bytes
+
+    for i, (level, size) in enumerate([(1, "48K"), (2, "2048K"), (3, "307200K"), (1, "32K")]):
+        (tmp_path / f"index{i}").mkdir()
+        (tmp_path / f"index{i}" / "level").write_text(f"{level}\n")
+        (tmp_path / f"index{i}" / "size").write_text(f"{size}\n")
+    assert last_level_cache_bytes(tmp_path) == 300 * 2**20
+    assert last_level_cache_bytes(tmp_path / "absent") is None
 
 
 @pytest.mark.parametrize("version", [6, 7])
@@ -51,6 +77,8 @@ def test_decode_benchmark_pairs_each_round_with_its_own_bound(tmp_path, monkeypa
     assert len(c["int4"]["linears"]) == 2 * per_layer
     assert c["int4"]["bytes_per_token"]["total"] < c["fp32"]["bytes_per_token"]["total"]
     assert c["int4"]["1"]["c_kernel_in_cache"]["Gweights_per_s"] > 0
+    llc = res["last_level_cache_bytes"]  # a tiny model fits in any last-level cache: every row says so
+    assert llc is None or all(g["1"]["fits_in_last_level_cache"] for g in res["graphs"].values())
     prof = res["graphs"]["int4/decode"]["1"]["profile"]
     levels = (prof["matmulnbits_in_cache"], prof["matmulnbits_in_cache_fp32_compute"])
     assert [p["accuracy_level"] for p in levels] == [4, 0] and all(p["Gweights_per_s"] > 0 for p in levels)
