@@ -138,61 +138,20 @@ static void quantize_act(const float *x, int n, int group, int8_t *xq, float *xs
 #define PREFETCH 2048 /* bytes ahead of the 4-bit stream that the kernel asks the cache for (1024-8192 measured; 2048-3072 best) */
 #endif
 
-/* Rows 4 quad .. 4 quad + 3 of a 4-bit matrix. The four rows' codes are interleaved in the file, 32 bytes each
- * per 64 inputs, so the quad reads one sequential stream (the hardware prefetcher keeps up with one stream; with
- * four separate rows it fell to half the read bandwidth). Their scales and zero points are interleaved by group
- * the same way. The activation codes are loaded once for the four rows. */
-static inline __attribute__((always_inline)) void dot_q4_quad_g(const Mat *w, int quad, const int8_t *xq,
-                                                                 const float *xs, const float *xsx, float *y,
-                                                                 const int G) {
-    const int ng = w->cols / G;
+/* Rows 4 quad .. 4 quad + 3 of a 4- or 8-bit matrix (BITS). The four rows' codes are interleaved in the file,
+ * 32 (4-bit) or 64 (8-bit) bytes each per 64 inputs, so the quad reads one sequential stream (the hardware
+ * prefetcher keeps up with one stream; with four separate rows it fell to half the read bandwidth). Their scales
+ * and zero points (offsets) are interleaved by group the same way. The activation codes are loaded once for the
+ * four rows. 4 bits: unsigned codes on maddubs directly, the zero point entering as the offset -s z. 8 bits:
+ * |q| <= 128 and |xq| <= 127, so maddubs(|q|, sign(xq, q))'s pair sums (<= 32512) do not saturate; each 32-byte
+ * half goes to 32 bits on its own. */
+static inline __attribute__((always_inline)) void dot_quad_g(const Mat *w, int quad, const int8_t *xq,
+                                                              const float *xs, const float *xsx, float *y,
+                                                              const int G, const int BITS) {
+    const int ng = w->cols / G, row_bytes = BITS * 8; /* per row and 64 inputs */
     const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    const uint8_t *q = w->q + (long)quad * 2 * w->cols;
+    const uint8_t *q = w->q + (long)quad * BITS / 2 * w->cols;
     const float *s = w->s + (long)quad * 4 * ng;
-    const uint8_t *z = w->z + (long)quad * 4 * ng;
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    __m128 corr = _mm_setzero_ps(); /* sum_g s z xs sum(xq), one lane per row */
-    for (int g = 0; g < ng; g++) {
-        __m256i is[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
-                         _mm256_setzero_si256()};
-        for (int c = g * G; c < (g + 1) * G; c += 64) {
-            const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + c));
-            const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + c + 32));
-            _mm_prefetch((const char *)(q + PREFETCH), _MM_HINT_T0);
-            _mm_prefetch((const char *)(q + PREFETCH + 64), _MM_HINT_T0);
-            for (int r = 0; r < 4; r++) {
-                __m256i b = _mm256_loadu_si256((const __m256i *)(q + 32 * r));
-                __m256i lo = _mm256_and_si256(b, mask), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), mask);
-                __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_maddubs_epi16(hi, x1));
-                is[r] = _mm256_add_epi32(is[r], _mm256_madd_epi16(p, ones));
-            }
-            q += 128;
-        }
-        const __m128 s4 = _mm_loadu_ps(s + 4 * g);
-        int32_t z4i;
-        memcpy(&z4i, z + 4 * g, 4);
-        const __m128 z4 = _mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(z4i)));
-        corr = _mm_fmadd_ps(_mm_mul_ps(s4, z4), _mm_set1_ps(xsx[g]), corr);
-        float sc[4];
-        _mm_storeu_ps(sc, _mm_mul_ps(s4, _mm_set1_ps(xs[g])));
-        for (int r = 0; r < 4; r++)
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r]), _mm256_set1_ps(sc[r]), acc[r]);
-    }
-    float c4[4];
-    _mm_storeu_ps(c4, corr);
-    for (int r = 0; r < 4; r++) y[4 * quad + r] = hsum8(acc[r]) - c4[r];
-}
-
-/* Rows 4 quad .. 4 quad + 3 of an 8-bit matrix, laid out as the 4-bit ones (a quad's rows interleaved per 64
- * inputs, 64 bytes each). |q| <= 128 and |xq| <= 127, so maddubs' pair sums (<= 32512) do not saturate; each
- * 32-byte half goes to 32 bits on its own. */
-static inline __attribute__((always_inline)) void dot_q8_quad_g(const Mat *w, int quad, const int8_t *xq,
-                                                                 const float *xs, const float *xsx, float *y,
-                                                                 const int G) {
-    const int ng = w->cols / G;
-    const __m256i ones = _mm256_set1_epi16(1);
-    const int8_t *q = (const int8_t *)w->q + (long)quad * 4 * w->cols;
-    const float *s = w->s + (long)quad * 4 * ng, *o = w->o + (long)quad * 4 * ng;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     __m128 off = _mm_setzero_ps(); /* sum_g o xs sum(xq), one lane per row */
     for (int g = 0; g < ng; g++) {
@@ -201,42 +160,57 @@ static inline __attribute__((always_inline)) void dot_q8_quad_g(const Mat *w, in
         for (int c = g * G; c < (g + 1) * G; c += 64) {
             const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + c));
             const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + c + 32));
-            _mm_prefetch((const char *)(q + PREFETCH), _MM_HINT_T0);
-            _mm_prefetch((const char *)(q + PREFETCH + 64), _MM_HINT_T0);
-            _mm_prefetch((const char *)(q + PREFETCH + 128), _MM_HINT_T0);
-            _mm_prefetch((const char *)(q + PREFETCH + 192), _MM_HINT_T0);
+            for (int line = 0; line < BITS / 2; line++)
+                _mm_prefetch((const char *)(q + PREFETCH + 64 * line), _MM_HINT_T0);
             for (int r = 0; r < 4; r++) {
-                const __m256i b0 = _mm256_loadu_si256((const __m256i *)(q + 64 * r));
-                const __m256i b1 = _mm256_loadu_si256((const __m256i *)(q + 64 * r + 32));
-                const __m256i p0 = _mm256_maddubs_epi16(_mm256_abs_epi8(b0), _mm256_sign_epi8(x0, b0));
-                const __m256i p1 = _mm256_maddubs_epi16(_mm256_abs_epi8(b1), _mm256_sign_epi8(x1, b1));
-                is[r] = _mm256_add_epi32(is[r], _mm256_add_epi32(_mm256_madd_epi16(p0, ones),
-                                                                 _mm256_madd_epi16(p1, ones)));
+                __m256i p0, p1;
+                if (BITS == 4) {
+                    const __m256i b = _mm256_loadu_si256((const __m256i *)(q + 32 * r));
+                    p0 = _mm256_maddubs_epi16(_mm256_and_si256(b, mask), x0);
+                    p1 = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(b, 4), mask), x1);
+                    p0 = _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones); /* 15 * 127 * 4 fits in 16 bits */
+                } else {
+                    const __m256i b0 = _mm256_loadu_si256((const __m256i *)(q + 64 * r));
+                    const __m256i b1 = _mm256_loadu_si256((const __m256i *)(q + 64 * r + 32));
+                    p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(b0), _mm256_sign_epi8(x0, b0)), ones);
+                    p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(b1), _mm256_sign_epi8(x1, b1)), ones);
+                    p0 = _mm256_add_epi32(p0, p1);
+                }
+                is[r] = _mm256_add_epi32(is[r], p0);
             }
-            q += 256;
+            q += 4 * row_bytes;
         }
-        off = _mm_fmadd_ps(_mm_loadu_ps(o + 4 * g), _mm_set1_ps(xsx[g]), off);
+        const __m128 s4 = _mm_loadu_ps(s + 4 * g);
+        __m128 o4;
+        if (BITS == 4) {
+            int32_t z4i;
+            memcpy(&z4i, w->z + (long)quad * 4 * ng + 4 * g, 4);
+            o4 = _mm_sub_ps(_mm_setzero_ps(), _mm_mul_ps(s4, _mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(z4i)))));
+        } else {
+            o4 = _mm_loadu_ps(w->o + (long)quad * 4 * ng + 4 * g);
+        }
+        off = _mm_fmadd_ps(o4, _mm_set1_ps(xsx[g]), off);
         float sc[4];
-        _mm_storeu_ps(sc, _mm_mul_ps(_mm_loadu_ps(s + 4 * g), _mm_set1_ps(xs[g])));
+        _mm_storeu_ps(sc, _mm_mul_ps(s4, _mm_set1_ps(xs[g])));
         for (int r = 0; r < 4; r++)
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r]), _mm256_set1_ps(sc[r]), acc[r]);
     }
-    float o4[4];
-    _mm_storeu_ps(o4, off);
-    for (int r = 0; r < 4; r++) y[4 * quad + r] = hsum8(acc[r]) + o4[r];
+    float o[4];
+    _mm_storeu_ps(o, off);
+    for (int r = 0; r < 4; r++) y[4 * quad + r] = hsum8(acc[r]) + o[r];
 }
 
-/* The group as a constant where it is the usual 64: one step per group, no inner loop. */
+/* The group and the width as constants (the group where it is the usual 64: one step per group, no inner loop). */
 static void dot_quad(const Mat *w, int quad, const int8_t *xq, const float *xs, const float *xsx, float *y) {
     if (w->bits == 8) {
         if (w->group == 64)
-            dot_q8_quad_g(w, quad, xq, xs, xsx, y, 64);
+            dot_quad_g(w, quad, xq, xs, xsx, y, 64, 8);
         else
-            dot_q8_quad_g(w, quad, xq, xs, xsx, y, w->group);
+            dot_quad_g(w, quad, xq, xs, xsx, y, w->group, 8);
     } else if (w->group == 64)
-        dot_q4_quad_g(w, quad, xq, xs, xsx, y, 64);
+        dot_quad_g(w, quad, xq, xs, xsx, y, 64, 4);
     else
-        dot_q4_quad_g(w, quad, xq, xs, xsx, y, w->group);
+        dot_quad_g(w, quad, xq, xs, xsx, y, w->group, 4);
 }
 
 /* One product of a batch: y = W x. */
