@@ -30,7 +30,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.common import EdgesmithError, atomic_files
 from edgesmith.compress.base import INIT_SUFFIX, Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult, register_pass
 
 SUFFIX = ".rwkvc.npz"
@@ -255,12 +255,6 @@ def bytes_per_token(arrays: dict, sizes: dict) -> int:
     return int(weights + row + 2 * state)
 
 
-def write_rwkv_c(path, arrays: dict, sizes: dict, force: bool = False) -> None:
-    with atomic_path(path, force=force) as tmp:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, config=np.array(json.dumps(sizes)), **arrays)
-
-
 def recurrent_spec(sizes: dict, initial_state: bool) -> dict:
     """The decoder's step interface in ``runtimes.stateful`` terms: a token in, logits out, three state arrays
     (per sequence: token-shift inputs of both mixes, every layer's wkv matrices) fed back."""
@@ -295,11 +289,14 @@ def _export_rwkv_c(artifact: Artifact, config: ExportRWKVCConfig, ctx: PassConte
                              "use export-onnx or export-step-onnx for other models.")
     arrays, sizes, layers = model_arrays(model, config)
     out = ctx.workdir / f"model{SUFFIX}"
-    write_rwkv_c(out, arrays, sizes, force=True)
-    if "init_wkv" in arrays:  # the starting state, where runtimes.stateful looks for it
-        L, C = sizes["n_layer"], sizes["C"]
-        with atomic_path(str(out) + INIT_SUFFIX, force=True) as tmp:
-            with open(tmp, "wb") as fh:
+    # a state-tuned model's starting state goes beside it, where runtimes.stateful looks for it; both or neither
+    finals = [out] + ([Path(str(out) + INIT_SUFFIX)] if "init_wkv" in arrays else [])
+    with atomic_files(finals, force=True) as tmps:
+        with open(tmps[0], "wb") as fh:
+            np.savez(fh, config=np.array(json.dumps(sizes)), **arrays)
+        if len(tmps) > 1:
+            L, C = sizes["n_layer"], sizes["C"]
+            with open(tmps[1], "wb") as fh:
                 np.savez(fh, att_x=np.zeros((L, C), np.float32), ffn_x=np.zeros((L, C), np.float32),
                          wkv=arrays["init_wkv"])
     per_token = bytes_per_token(arrays, sizes)

@@ -83,12 +83,10 @@ class CDecoder:
         return self.dec.step(token), None
 
 
-def c_kernel_in_cache(path: Path, threads: int, name: str = "L0.fk", reps: int = 200) -> dict:
-    """The C decoder's own 4-bit kernel on one of the model's matrices, repeated so it stays in the cache (the
-    L3 for a 1024 x 4096 matrix): its rate when DRAM is not what limits it, call overhead included."""
-    from edgesmith.runtimes.rwkv_c_rt import RWKVCDecoder
-
-    dec = RWKVCDecoder(path, threads=threads)
+def c_kernel_in_cache(dec, name: str = "L0.fk", reps: int = 200) -> dict:
+    """The C decoder's (an ``RWKVCDecoder``, at its thread count) own kernel on one of the model's matrices,
+    repeated so it stays in the cache (the L3 for a 1024 x 4096 matrix): its rate when DRAM is not what limits it,
+    call overhead included."""
     x = np.random.default_rng(0).standard_normal(dec.sizes_["C"]).astype(np.float32)
     for _ in range(20):
         dec.gemv(name, x)
@@ -421,7 +419,7 @@ def main(argv=None) -> int:
                                      "fits_in_last_level_cache": llc is not None and moved["total"] <= llc}
                     rows.append((name, graph, t, moved["total"], entry[str(t)]))
                     if name == f"int{a.bits}" and graph == "c":
-                        entry[str(t)]["c_kernel_in_cache"] = c_kernel_in_cache(path, t)
+                        entry[str(t)]["c_kernel_in_cache"] = c_kernel_in_cache(dec.dec)
                     if name in (f"int{a.bits}", f"int{a.bits}-sym") and graph == "decode":
                         zp = name == f"int{a.bits}"  # the asymmetric grid stores zero points, the symmetric none
                         entry[str(t)]["profile"] = op_profile(path, spec, t)
