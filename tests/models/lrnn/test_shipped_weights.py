@@ -28,12 +28,29 @@ def test_an_empty_cache_loads_every_denoiser_model_from_the_shipped_weights(tmp_
     assert not list((tmp_path / "models").glob("*.pt"))  # nothing was written: every model came from models/weights
 
 
-def test_the_tiny_shipped_weights_retrain_byte_for_byte(tmp_path):
-    # the reproduce command of models/weights/README.md, on the seconds-long model (the default takes ~25 min)
+def test_the_tiny_shipped_weights_retrain_byte_for_byte_or_to_float_rounding(tmp_path):
+    # the reproduce command of models/weights/README.md, on the seconds-long model (the default takes ~25 min).
+    # On the CPU kind that made the files the bytes are equal; on one whose float kernels differ (an AVX-512 Xeon)
+    # every tensor still has to match to 1e-4 of its magnitude, which a changed recipe or seed would not.
     import subprocess
     import sys
 
     proc = subprocess.run([sys.executable, "-m", "edgesmith.bench.benchmarks.denoiser_weights", "--cache",
                            str(tmp_path / "cache"), "--tiny-only"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
-    assert proc.stdout.count("byte-identical to the shipped file") == 3
+    verdicts = [ln for ln in proc.stdout.splitlines() if " vs shipped " in ln]
+    assert len(verdicts) == 3 and all("byte-identical" in v or "equal to float rounding" in v for v in verdicts)
+
+
+def test_weights_that_differ_beyond_rounding_are_reported():
+    import torch
+
+    from edgesmith.bench.benchmarks.denoiser_weights import largest_difference
+
+    a = {"w": torch.tensor([1.0, 2.0]), "n": torch.tensor(3), "meta": {"epochs": 2}}
+    assert largest_difference(a, {"w": torch.tensor([1.0, 2.0]), "n": torch.tensor(3), "meta": {"epochs": 2}}) == 0
+    assert largest_difference(a, {**a, "w": torch.tensor([1.0, 2.0 + 2e-6])}) == pytest.approx(1e-6, rel=0.1)  # float32
+    assert largest_difference(a, {**a, "w": torch.tensor([1.0, 2.5])}) == pytest.approx(0.2)
+    assert largest_difference(a, {**a, "meta": {"epochs": 3}}) == float("inf")  # a changed recipe
+    assert largest_difference(a, {**a, "n": torch.tensor(4)}) == float("inf")
+    assert largest_difference(a, {"w": a["w"]}) == float("inf")

@@ -86,4 +86,8 @@ def test_tiny_deploy_scores_fp32_like_torch_and_int8_close(tmp_path, tiny):
     ref = report["reference"]["evaluation"]["value"]
     assert rows["fp32"]["evaluation"]["value"] == pytest.approx(ref, abs=1e-6)
     assert rows["fp32"]["max_abs_diff"] < 1e-4
-    assert np.isfinite(rows["int8"]["evaluation"]["value"]) and abs(rows["int8"]["evaluation"]["value"] - ref) < 0.25
+    # int8 is judged on the detector's probabilities, not on the AUROC: the tiny detector's 24 test scores are
+    # near-tied (AUROC 0.31), so a 0.04 change in them moved the AUROC to 0.59 on an AVX-512 Xeon (VNNI int8
+    # kernels) where the AVX2 EPYC stayed within 0.25
+    assert 0.0 <= rows["int8"]["evaluation"]["value"] <= 1.0
+    assert rows["int8"]["max_abs_diff"] < 0.1
