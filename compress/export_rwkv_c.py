@@ -135,43 +135,43 @@ def unpack_bytes(packed: np.ndarray) -> np.ndarray:
     return packed.transpose(0, 2, 1, 3).reshape(quads * QUAD, chunks * KERNEL_CHUNK)
 
 
-def _kernel_form(q, rows: int, cols: int) -> tuple[int, str]:
-    """Which of the decoder's integer kernels takes a quantized layer exactly (4 or 8 bits; 0: none) and, when
-    none does, why."""
+def _kernel_form(q, rows: int, cols: int) -> tuple[int, int, str]:
+    """Which of the decoder's integer kernels takes a quantized layer exactly (4 or 8 bits; 0: none), with
+    which group of inputs per scale, and, when none does, why."""
     from edgesmith.compress.rwkvquant.export import vq_block
 
     kind = getattr(q, "kind", None)
     if rows % QUAD:
-        return 0, f"{rows} rows (the kernels take multiples of {QUAD})"
+        return 0, 0, f"{rows} rows (the kernels take multiples of {QUAD})"
     if kind == "vq":
         bs = vq_block(q, (64, 128, 256))
-        return (8, "") if bs else (0, f"codebooks of {q.group_cols} columns (the 8-bit kernel needs blocks of "
-                                      f"{KERNEL_CHUNK}, 128 or 256 inside one codebook)")
+        return (8, bs, "") if bs else (0, 0, f"codebooks of {q.group_cols} columns (the 8-bit kernel needs blocks "
+                                              f"of {KERNEL_CHUNK}, 128 or 256 inside one codebook)")
     if kind != "sq":
-        return 0, f"a {kind or type(q).__name__} layer"
+        return 0, 0, f"a {kind or type(q).__name__} layer"
     if q.bits > 8:
-        return 0, f"{q.bits}-bit codes"
+        return 0, 0, f"{q.bits}-bit codes"
     if q.group_size % KERNEL_CHUNK or cols % q.group_size:
-        return 0, f"group {q.group_size} (the kernels take multiples of {KERNEL_CHUNK} that divide the {cols} inputs)"
-    return (4 if q.bits <= 4 else 8), ""
+        return 0, 0, (f"group {q.group_size} (the kernels take multiples of {KERNEL_CHUNK} that divide the {cols} "
+                      "inputs)")
+    return (4 if q.bits <= 4 else 8), q.group_size, ""
 
 
-def int8_arrays(q, name: str, rows: int, cols: int) -> tuple[dict, int]:
-    """An SQ layer of 5-8 bits or a VQ layer as the 8-bit kernel's arrays (signed codes, per row and group a
-    scale and an offset: w = s q + o, exactly the layer's dequantized weight), and the group."""
-    from edgesmith.compress.rwkvquant.export import vq_block, vq_int8
+def int8_arrays(q, name: str, rows: int, cols: int, group: int) -> dict:
+    """An SQ layer of 5-8 bits or a VQ layer (in blocks of ``group`` inputs) as the 8-bit kernel's arrays
+    (signed codes, per row and group a scale and an offset: w = s q + o, exactly the layer's dequantized
+    weight)."""
+    from edgesmith.compress.rwkvquant.export import vq_int8
 
     if q.kind == "vq":
-        group = vq_block(q, (64, 128, 256))
         codes, scales, offsets = vq_int8(q, group)
     else:
-        group = q.group_size
-        codes = q.codes.numpy().astype(np.int64)
+        codes = q.codes.numpy()
         scales = q.scales.float().numpy().reshape(rows, cols // group)
         offsets = -scales * q.zeros.numpy().astype(np.float32).reshape(rows, cols // group)
     centred = (codes.astype(np.int16) - 128).astype(np.int8)  # signed for the kernel: w = s (q' + 128) + o
     return {f"{name}.q8": pack_bytes(centred), f"{name}.s": by_quad(scales.astype(np.float32)),
-            f"{name}.o": by_quad((offsets + 128.0 * scales).astype(np.float32))}, group
+            f"{name}.o": by_quad((offsets + 128.0 * scales).astype(np.float32))}
 
 
 def linear_arrays(module, name: str, config: ExportRWKVCConfig) -> tuple[dict, LayerReport]:
@@ -185,7 +185,7 @@ def linear_arrays(module, name: str, config: ExportRWKVCConfig) -> tuple[dict, L
     if q is None and config.weights == "int4" and cols % config.group == 0 and rows % QUAD == 0:
         q, form, how = rtn_quantize(w, 4, config.group), 4, f"rounded to 4 bits here (RTN, group {config.group})"
     elif q is not None:
-        form, why = _kernel_form(q, rows, cols)
+        form, group, why = _kernel_form(q, rows, cols)
         how = (f"dequantized to fp32: {why}" if not form else
                f"{q.bits}-bit codes kept exactly" if q.kind == "sq" and form == 4 else
                f"{q.bits}-bit codes kept exactly, as 8-bit" if q.kind == "sq" else
@@ -197,8 +197,7 @@ def linear_arrays(module, name: str, config: ExportRWKVCConfig) -> tuple[dict, L
         action = "dequantized" if how.startswith("dequantized") else "kept fp32"
         return {f"{name}.w": np.ascontiguousarray(w.numpy())}, LayerReport(name, action, 32.0, rows * cols, reason=how)
     if form == 8:
-        arrays, group = int8_arrays(q, name, rows, cols)
-        return arrays, LayerReport(name, "quantized", 8 + 64 / group, rows * cols, reason=how)
+        return int8_arrays(q, name, rows, cols, group), LayerReport(name, "quantized", 8 + 64 / group, rows * cols, reason=how)
     ng = cols // q.group_size
     arrays = {f"{name}.q": pack_nibbles(q.codes.numpy()),
               f"{name}.s": by_quad(q.scales.float().numpy().reshape(rows, ng)),
@@ -300,8 +299,7 @@ def _export_rwkv_c(artifact: Artifact, config: ExportRWKVCConfig, ctx: PassConte
                 np.savez(fh, att_x=np.zeros((L, C), np.float32), ffn_x=np.zeros((L, C), np.float32),
                          wkv=arrays["init_wkv"])
     per_token = bytes_per_token(arrays, sizes)
-    n4 = sum(1 for r in layers if r.action == "quantized" and r.bits_per_weight < 8)
-    n8 = sum(1 for r in layers if r.action == "quantized" and r.bits_per_weight >= 8)
+    n4, n8 = (sum(k.endswith(suffix) for k in arrays) for suffix in (".q", ".q8"))  # one codes array per layer
     meta = {**{k: v for k, v in artifact.meta.items() if k != "recurrent"}, "rwkv_c": sizes,
             "bytes_per_token": per_token, "macs_per_token": macs_per_token(arrays),
             "precision": "int4" if n4 else "int8" if n8 else "fp32", "recurrent": recurrent_spec(sizes, "init_wkv" in arrays)}

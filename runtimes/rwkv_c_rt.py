@@ -40,6 +40,9 @@ LAYER_VECTORS = ("ln1_w", "ln1_b", "ln2_w", "ln2_b", "x_r", "x_w", "x_k", "x_v",
                  "k_k", "k_a", "r_k", "lnx_w", "lnx_b", "ffn_x_k")
 LAYER_MATS = ("w1", "w2", "a1", "a2", "v1", "v2", "g1", "g2", "r", "k", "v", "o", "fk", "fv")
 SIZES = ("n_layer", "C", "H", "N", "V", "F", "D", "version")
+# per code width: the codes' array and type, bytes per row and 64 inputs, and the per-group array beside the
+# scales (4 bits: integer zero points z; 8 bits: float offsets o)
+KERNEL_ARRAYS = {4: ("q", np.uint8, 32, "z", np.uint8), 8: ("q8", np.int8, 64, "o", np.float32)}
 
 
 class Layer(ctypes.Structure):
@@ -114,23 +117,23 @@ class RWKVCDecoder:
             w = self.arrays_[f"{name}.w"]
             self._check(name, w.shape, (rows, cols))
             return Mat(rows, cols, 0, 32, self._ptr(f"{name}.w", np.float32), None, None, None, None)
-        bits, width = (8, 64) if f"{name}.q8" in self.arrays_ else (4, 32)
-        q, s = self.arrays_[f"{name}.q" if bits == 4 else f"{name}.q8"], self.arrays_[f"{name}.s"]
+        bits = 8 if f"{name}.q8" in self.arrays_ else 4
+        codes, code_type, width, extra, extra_type = KERNEL_ARRAYS[bits]
+        q, s = self.arrays_[f"{name}.{codes}"], self.arrays_[f"{name}.s"]
         if rows % 4 or cols % 64 or s.ndim != 3:
             raise EdgesmithError(f"{self.path}: {name} ({rows} x {cols}) is not in the {bits}-bit kernel's layout.",
                                  "re-export the model with export-rwkv-c.")
         self._check(name, q.shape, (rows // 4, cols // 64, 4, width))
         group = cols // max(s.shape[1], 1)
         self._check(name, s.shape, (rows // 4, cols // group, 4))
-        self._check(name, self.arrays_[f"{name}.z" if bits == 4 else f"{name}.o"].shape, s.shape)
+        self._check(name, self.arrays_[f"{name}.{extra}"].shape, s.shape)
         if group % 64 or group * s.shape[1] != cols:
             raise EdgesmithError(f"{self.path}: {name} has groups of {cols}/{s.shape[1]} inputs.",
                                  "re-export the model with a group that is a multiple of 64.")
-        if bits == 8:
-            return Mat(rows, cols, group, 8, None, self._ptr(f"{name}.q8", np.int8), self._ptr(f"{name}.s", np.float32),
-                       None, self._ptr(f"{name}.o", np.float32))
-        return Mat(rows, cols, group, 4, None, self._ptr(f"{name}.q", np.uint8), self._ptr(f"{name}.s", np.float32),
-                   self._ptr(f"{name}.z", np.uint8), None)
+        extra_ptr = self._ptr(f"{name}.{extra}", extra_type)
+        return Mat(rows, cols, group, bits, None, self._ptr(f"{name}.{codes}", code_type),
+                   self._ptr(f"{name}.s", np.float32), extra_ptr if extra == "z" else None,
+                   extra_ptr if extra == "o" else None)
 
     def _check(self, name, got, want) -> None:
         if tuple(got) != tuple(want):

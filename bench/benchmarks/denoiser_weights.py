@@ -2,7 +2,7 @@
 
     .venv/bin/python -m edgesmith.bench.benchmarks.denoiser_weights --cache /tmp/retrain [--tiny-only]
 
-Trains, in an empty cache (``EDGESMITH_CACHE`` = ``--cache``, shipped weights switched off with
+Trains, in empty caches (``EDGESMITH_CACHE`` = ``--cache``/SETTING, shipped weights switched off with
 ``EDGESMITH_NO_SHIPPED_WEIGHTS=1``), what ``edgesmith denoise`` and ``make demo`` load: the default S5
 denoiser and its prune-lrnn and qat-lrnn models at the host-cpu plan's options (about 25 minutes on 2
 cores), and the seconds-long tiny model with the demo's Lava options. Prints, for each retrained file, the
@@ -59,7 +59,6 @@ def largest_difference(a, b) -> float:
 
 
 def retrain(cache: Path, names=tuple(SETTINGS), log=print) -> list[dict]:
-    os.environ["EDGESMITH_CACHE"] = str(cache)  # set before edgesmith reads it; each setting gets its own below
     os.environ["EDGESMITH_NO_SHIPPED_WEIGHTS"] = "1"
     from edgesmith.bench.deploy import source_artifact
     from edgesmith.common import SHIPPED_WEIGHTS
