@@ -5,14 +5,14 @@ is bound by the bytes it streams. The file (``.rwkvc.npz``) holds each array und
 structs use, plus the model's sizes as JSON (``config``):
 
 - block linears already 4-bit or less (RTN, GPTQ, RWKVQuant's SQ layers: ``QuantLinear`` over an
-  ``SQTensor`` whose group is a multiple of 64) keep their codes, scales and zero points exactly, stored as
+  ``SQTensor`` whose group is 32 or a multiple of 64) keep their codes, scales and zero points exactly, stored as
   4-bit codes (3-bit codes fit unchanged), so the decoder computes with the very weights the quantizer chose;
 - fp32 block linears stay fp32 (``weights="as-is"``) or are rounded to 4 bits here (``weights="int4"``: RTN,
   asymmetric, ``group`` inputs per scale, the grid ``compress.rwkvquant.rtn`` uses);
 - codebook/VQ layers (RWKVQuant's and GPTVQ's) and SQ layers of 5-8 bits keep their weights exactly as 8-bit
   codes with a scale and an offset per row and group (every VQ weight is an 8-bit codebook code times its
   codebook's scale plus its offset), for the decoder's 8-bit kernel;
-- anything else (wider codes, other groups, codebooks that do not split into blocks of 64) is written as its
+- anything else (wider codes, other groups, codebooks that do not split into blocks of 32 or 64) is written as its
   dequantized fp32 weight, and the report says which layers and why;
 - embedding, LoRAs, vectors, norms and head stay fp32 (as in the step graphs of ``export-step-onnx``).
 
@@ -37,6 +37,7 @@ SUFFIX = ".rwkvc.npz"
 WEIGHT_MODES = ("as-is", "int4")
 KERNEL_CHUNK = 64  # inputs per 32-byte load of the decoder's 4-bit kernel
 QUAD = 4  # rows the kernel computes together, their codes interleaved
+HALF_GROUP = KERNEL_CHUNK // 2  # the one group below a chunk: the chunk's low and high halves (nibbles or loads)
 NEEDED_FLAGS = ("avx2", "fma")  # what the decoder is compiled for (runtimes/rwkv_step.c)
 BLOCK_LINEARS = {7: (("att", "receptance", "r"), ("att", "key", "k"), ("att", "value", "v"), ("att", "output", "o"),
                      ("ffn", "key", "fk"), ("ffn", "value", "fv")),
@@ -88,9 +89,13 @@ class ExportRWKVCConfig(PassConfig):
     def validate(self) -> None:
         if self.weights not in WEIGHT_MODES:
             self._fail("weights", f"is {self.weights!r}", f"use one of {', '.join(WEIGHT_MODES)}.")
-        if isinstance(self.group, bool) or not isinstance(self.group, int) or self.group < KERNEL_CHUNK or \
-                self.group % KERNEL_CHUNK:
-            self._fail("group", f"is {self.group!r}", f"use a multiple of {KERNEL_CHUNK} (64, 128, ...).")
+        if isinstance(self.group, bool) or not isinstance(self.group, int) or not kernel_group(self.group):
+            self._fail("group", f"is {self.group!r}", f"use {HALF_GROUP} or a multiple of {KERNEL_CHUNK} (64, 128, ...).")
+
+
+def kernel_group(group: int) -> bool:
+    """Whether the decoder's integer kernels take ``group`` inputs per scale: 32, or a multiple of 64."""
+    return group == HALF_GROUP or (group > 0 and group % KERNEL_CHUNK == 0)
 
 
 def pack_nibbles(codes: np.ndarray) -> np.ndarray:
@@ -144,16 +149,17 @@ def _kernel_form(q, rows: int, cols: int) -> tuple[int, int, str]:
     if rows % QUAD:
         return 0, 0, f"{rows} rows (the kernels take multiples of {QUAD})"
     if kind == "vq":
-        bs = vq_block(q, (64, 128, 256))
-        return (8, bs, "") if bs else (0, 0, f"codebooks of {q.group_cols} columns (the 8-bit kernel needs blocks "
-                                              f"of {KERNEL_CHUNK}, 128 or 256 inside one codebook)")
+        bs = vq_block(q, (KERNEL_CHUNK, 128, 256, HALF_GROUP)) if cols % KERNEL_CHUNK == 0 else None
+        return (8, bs, "") if bs else (0, 0, f"codebooks of {q.group_cols} columns over {cols} inputs (the 8-bit "
+                                              f"kernel needs blocks of {HALF_GROUP}, {KERNEL_CHUNK}, 128 or 256 inside "
+                                              f"one codebook, and inputs in chunks of {KERNEL_CHUNK})")
     if kind != "sq":
         return 0, 0, f"a {kind or type(q).__name__} layer"
     if q.bits > 8:
         return 0, 0, f"{q.bits}-bit codes"
-    if q.group_size % KERNEL_CHUNK or cols % q.group_size:
-        return 0, 0, (f"group {q.group_size} (the kernels take multiples of {KERNEL_CHUNK} that divide the {cols} "
-                      "inputs)")
+    if not kernel_group(q.group_size) or cols % KERNEL_CHUNK or cols % q.group_size:
+        return 0, 0, (f"group {q.group_size} over {cols} inputs (the kernels take groups of {HALF_GROUP} or multiples "
+                      f"of {KERNEL_CHUNK}, and inputs in chunks of {KERNEL_CHUNK})")
     return (4 if q.bits <= 4 else 8), q.group_size, ""
 
 
@@ -182,7 +188,8 @@ def linear_arrays(module, name: str, config: ExportRWKVCConfig) -> tuple[dict, L
     w = module.weight.detach().float()
     rows, cols = w.shape
     form = 0
-    if q is None and config.weights == "int4" and cols % config.group == 0 and rows % QUAD == 0:
+    if q is None and config.weights == "int4" and cols % config.group == 0 and cols % KERNEL_CHUNK == 0 and \
+            rows % QUAD == 0:
         q, form, how = rtn_quantize(w, 4, config.group), 4, f"rounded to 4 bits here (RTN, group {config.group})"
     elif q is not None:
         form, group, why = _kernel_form(q, rows, cols)
@@ -192,7 +199,8 @@ def linear_arrays(module, name: str, config: ExportRWKVCConfig) -> tuple[dict, L
                "codebook codes kept exactly, as 8-bit codes with a scale and an offset per group")
     else:
         how = "fp32" if config.weights == "as-is" else (f"fp32: {rows} x {cols} does not split into quads of rows "
-                                                        f"and groups of {config.group} inputs")
+                                                        f"and groups of {config.group} inputs in chunks of "
+                                                        f"{KERNEL_CHUNK}")
     if not form:
         action = "dequantized" if how.startswith("dequantized") else "kept fp32"
         return {f"{name}.w": np.ascontiguousarray(w.numpy())}, LayerReport(name, action, 32.0, rows * cols, reason=how)

@@ -127,9 +127,9 @@ class RWKVCDecoder:
         group = cols // max(s.shape[1], 1)
         self._check(name, s.shape, (rows // 4, cols // group, 4))
         self._check(name, self.arrays_[f"{name}.{extra}"].shape, s.shape)
-        if group % 64 or group * s.shape[1] != cols:
+        if (group != 32 and group % 64) or group * s.shape[1] != cols:
             raise EdgesmithError(f"{self.path}: {name} has groups of {cols}/{s.shape[1]} inputs.",
-                                 "re-export the model with a group that is a multiple of 64.")
+                                 "re-export the model with a group of 32 or a multiple of 64.")
         extra_ptr = self._ptr(f"{name}.{extra}", extra_type)
         return Mat(rows, cols, group, bits, None, self._ptr(f"{name}.{codes}", code_type),
                    self._ptr(f"{name}.s", np.float32), extra_ptr if extra == "z" else None,
@@ -178,7 +178,7 @@ class RWKVCDecoder:
         self.wkv_ = np.zeros((L, H, N, N), np.float32)
         self.scratch_ = np.zeros(19 * C + F + 5 * D, np.float32)
         self.xq_ = np.zeros(MAX_JOBS * max(C, F), np.int8)  # one quantized input per product of a batch
-        self.xs_ = np.zeros(MAX_JOBS * (max(C, F) // 64 + 1), np.float32)
+        self.xs_ = np.zeros(MAX_JOBS * (max(C, F) // 32 + 1), np.float32)  # per group of >= 32 inputs
         self.xsx_ = np.zeros_like(self.xs_)
         m = Model(L, C, H, N, V, F, D, version, self._ptr("emb", np.float32), self._ptr("ln0_w", np.float32),
                   self._ptr("ln0_b", np.float32), self._ptr("lnout_w", np.float32), self._ptr("lnout_b", np.float32),

@@ -3,10 +3,10 @@
  * Built by runtimes/rwkv_c_rt.py (gcc -O3 -mavx2 -mfma -fopenmp) and called through ctypes; the Python side owns
  * every array (weights, state, scratch) and fills the structs below with pointers into them.
  *
- * 4-bit linears (group g, a multiple of 64, along the input): per output row and group, 4-bit codes q, an fp32
+ * 4-bit linears (group g, 32 or a multiple of 64, along the input): per output row and group, 4-bit codes q, an fp32
  * scale s and an integer zero point z, so w = s (q - z). Within every 64 inputs of a row, byte j holds code j in
  * its low nibble and code j + 32 in its high one, so one 32-byte load and two masks give the 64 codes in input
- * order; rows come in quads whose 32-byte pieces are interleaved (see dot_q4_quad_g).
+ * order; rows come in quads whose 32-byte pieces are interleaved (see dot_quad_g).
  * The activation is quantized per group to int8 (scale max|x| / 127, the way onnxruntime's MatMulNBits does it at
  * accuracy_level 4), and a row's group contributes s * xs * (sum_j q_j xq_j - z sum_j xq_j): the integer dot
  * product runs on _mm256_maddubs_epi16 (unsigned codes times signed activations), 64 weights per 3 loads.
@@ -58,7 +58,7 @@ typedef struct {
     float *att_x, *ffn_x, *wkv;    /* state: L x C, L x C, L x H x N x N ([value, key]) */
     float *scratch;                /* 19 C + F + 5 D floats: see time_mix and channel_mix */
     int8_t *xq;                    /* MAX_JOBS slots of max(C, F) int8: each 4-bit product's quantized input */
-    float *xs;                     /* MAX_JOBS slots of max(C, F) / 64 + 1 */
+    float *xs;                     /* MAX_JOBS slots of max(C, F) / 32 + 1 */
     float *xsx;                    /* the same: xs times the group's code sum */
 } Model;
 
@@ -138,26 +138,48 @@ static void quantize_act(const float *x, int n, int group, int8_t *xq, float *xs
 #define PREFETCH 2048 /* bytes ahead of the 4-bit stream that the kernel asks the cache for (1024-8192 measured; 2048-3072 best) */
 #endif
 
+/* Group g's scales (and zero points or offsets) applied to the four rows' integer sums `is`: acc += s xs is,
+ * off += o xs sum(xq) (4 bits: o = -s z). */
+static inline __attribute__((always_inline)) void close_group(const Mat *w, int quad, int ng, int g, const float *xs,
+                                                               const float *xsx, const __m256i is[4], __m256 acc[4],
+                                                               __m128 *off, const int BITS) {
+    const __m128 s4 = _mm_loadu_ps(w->s + (long)quad * 4 * ng + 4 * g);
+    __m128 o4;
+    if (BITS == 4) {
+        int32_t z4i;
+        memcpy(&z4i, w->z + (long)quad * 4 * ng + 4 * g, 4);
+        o4 = _mm_sub_ps(_mm_setzero_ps(), _mm_mul_ps(s4, _mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(z4i)))));
+    } else {
+        o4 = _mm_loadu_ps(w->o + (long)quad * 4 * ng + 4 * g);
+    }
+    *off = _mm_fmadd_ps(o4, _mm_set1_ps(xsx[g]), *off);
+    float sc[4];
+    _mm_storeu_ps(sc, _mm_mul_ps(s4, _mm_set1_ps(xs[g])));
+    for (int r = 0; r < 4; r++) acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r]), _mm256_set1_ps(sc[r]), acc[r]);
+}
+
 /* Rows 4 quad .. 4 quad + 3 of a 4- or 8-bit matrix (BITS). The four rows' codes are interleaved in the file,
  * 32 (4-bit) or 64 (8-bit) bytes each per 64 inputs, so the quad reads one sequential stream (the hardware
  * prefetcher keeps up with one stream; with four separate rows it fell to half the read bandwidth). Their scales
  * and zero points (offsets) are interleaved by group the same way. The activation codes are loaded once for the
  * four rows. 4 bits: unsigned codes on maddubs directly, the zero point entering as the offset -s z. 8 bits:
  * |q| <= 128 and |xq| <= 127, so maddubs(|q|, sign(xq, q))'s pair sums (<= 32512) do not saturate; each 32-byte
- * half goes to 32 bits on its own. */
+ * half goes to 32 bits on its own. Group G is 32 or a multiple of 64; at 32 the two halves of every 64 inputs
+ * (the low and high nibbles, or the two 32-byte loads) are two groups and keep separate sums. */
 static inline __attribute__((always_inline)) void dot_quad_g(const Mat *w, int quad, const int8_t *xq,
                                                               const float *xs, const float *xsx, float *y,
                                                               const int G, const int BITS) {
-    const int ng = w->cols / G, row_bytes = BITS * 8; /* per row and 64 inputs */
+    const int ng = w->cols / G, row_bytes = BITS * 8, step = G < 64 ? 64 : G; /* row bytes per 64 inputs */
     const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     const uint8_t *q = w->q + (long)quad * BITS / 2 * w->cols;
-    const float *s = w->s + (long)quad * 4 * ng;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     __m128 off = _mm_setzero_ps(); /* sum_g o xs sum(xq), one lane per row */
-    for (int g = 0; g < ng; g++) {
+    for (int c0 = 0; c0 < w->cols; c0 += step) {
         __m256i is[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
                          _mm256_setzero_si256()};
-        for (int c = g * G; c < (g + 1) * G; c += 64) {
+        __m256i hi[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                         _mm256_setzero_si256()}; /* G = 32: the second group's sums */
+        for (int c = c0; c < c0 + step; c += 64) {
             const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + c));
             const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + c + 32));
             for (int line = 0; line < BITS / 2; line++)
@@ -168,32 +190,26 @@ static inline __attribute__((always_inline)) void dot_quad_g(const Mat *w, int q
                     const __m256i b = _mm256_loadu_si256((const __m256i *)(q + 32 * r));
                     p0 = _mm256_maddubs_epi16(_mm256_and_si256(b, mask), x0);
                     p1 = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(b, 4), mask), x1);
-                    p0 = _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones); /* 15 * 127 * 4 fits in 16 bits */
+                    if (G == 32) {
+                        p0 = _mm256_madd_epi16(p0, ones);
+                        p1 = _mm256_madd_epi16(p1, ones);
+                    } else {
+                        p0 = _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones); /* 15 * 127 * 4 fits in 16 bits */
+                    }
                 } else {
                     const __m256i b0 = _mm256_loadu_si256((const __m256i *)(q + 64 * r));
                     const __m256i b1 = _mm256_loadu_si256((const __m256i *)(q + 64 * r + 32));
                     p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(b0), _mm256_sign_epi8(x0, b0)), ones);
                     p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(b1), _mm256_sign_epi8(x1, b1)), ones);
-                    p0 = _mm256_add_epi32(p0, p1);
+                    if (G != 32) p0 = _mm256_add_epi32(p0, p1);
                 }
                 is[r] = _mm256_add_epi32(is[r], p0);
+                if (G == 32) hi[r] = _mm256_add_epi32(hi[r], p1);
             }
             q += 4 * row_bytes;
         }
-        const __m128 s4 = _mm_loadu_ps(s + 4 * g);
-        __m128 o4;
-        if (BITS == 4) {
-            int32_t z4i;
-            memcpy(&z4i, w->z + (long)quad * 4 * ng + 4 * g, 4);
-            o4 = _mm_sub_ps(_mm_setzero_ps(), _mm_mul_ps(s4, _mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(z4i)))));
-        } else {
-            o4 = _mm_loadu_ps(w->o + (long)quad * 4 * ng + 4 * g);
-        }
-        off = _mm_fmadd_ps(o4, _mm_set1_ps(xsx[g]), off);
-        float sc[4];
-        _mm_storeu_ps(sc, _mm_mul_ps(s4, _mm_set1_ps(xs[g])));
-        for (int r = 0; r < 4; r++)
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r]), _mm256_set1_ps(sc[r]), acc[r]);
+        close_group(w, quad, ng, c0 / G, xs, xsx, is, acc, &off, BITS);
+        if (G == 32) close_group(w, quad, ng, c0 / G + 1, xs, xsx, hi, acc, &off, BITS);
     }
     float o[4];
     _mm_storeu_ps(o, off);
@@ -205,10 +221,14 @@ static void dot_quad(const Mat *w, int quad, const int8_t *xq, const float *xs, 
     if (w->bits == 8) {
         if (w->group == 64)
             dot_quad_g(w, quad, xq, xs, xsx, y, 64, 8);
+        else if (w->group == 32)
+            dot_quad_g(w, quad, xq, xs, xsx, y, 32, 8);
         else
             dot_quad_g(w, quad, xq, xs, xsx, y, w->group, 8);
     } else if (w->group == 64)
         dot_quad_g(w, quad, xq, xs, xsx, y, 64, 4);
+    else if (w->group == 32)
+        dot_quad_g(w, quad, xq, xs, xsx, y, 32, 4);
     else
         dot_quad_g(w, quad, xq, xs, xsx, y, w->group, 4);
 }
@@ -245,7 +265,7 @@ static void run_unit(const Job *j, int u, const int8_t *xq, const float *xs, con
  * quantized into its own slot first, then the threads take contiguous shares of the batch's bytes. A row is
  * always computed by the same code, so the result does not depend on the thread count. */
 static void gemv_batch(const Model *m, const Job *jobs, int n) {
-    const int width = m->C > m->F ? m->C : m->F, gw = width / 64 + 1;
+    const int width = m->C > m->F ? m->C : m->F, gw = width / 32 + 1;
     long start[MAX_JOBS + 1];
     start[0] = 0;
     for (int i = 0; i < n; i++) {

@@ -98,11 +98,11 @@ def test_int4_mode_rounds_fp32_linears_at_the_given_group(tmp_path):
 def test_layers_the_kernel_cannot_take_are_dequantized_and_named(tmp_path):
     model = rwkv7()
     lin = model.blocks[0].att.value
-    model.blocks[0].att.value = QuantLinear(rtn_quantize(lin.weight.detach(), 4, 32), 128, 128)  # group 32
+    model.blocks[0].att.value = QuantLinear(rtn_quantize(lin.weight.detach(), 4, 16), 128, 128)  # group 16
     res = export(model, tmp_path)
     rep = {r.name: r for r in res.report.layers}["L0.v"]
-    assert rep.action == "dequantized" and "group 32" in rep.reason
-    assert any("L0.v" in n and "group 32" in n for n in res.report.notes)
+    assert rep.action == "dequantized" and "group 16" in rep.reason
+    assert any("L0.v" in n and "group 16" in n for n in res.report.notes)
     with np.load(res.artifact.path) as z:
         np.testing.assert_allclose(z["L0.v.w"], model.blocks[0].att.value.weight.detach().numpy())
 
@@ -126,7 +126,9 @@ def test_models_the_decoder_cannot_take_are_refused_by_name(tmp_path):
 
 
 def test_config_refuses_groups_the_kernel_cannot_take():
-    with pytest.raises(EdgesmithError, match="multiple of 64"):
-        ExportRWKVCConfig(group=32)
+    for group in (16, 48, 96, 0):
+        with pytest.raises(EdgesmithError, match="32 or a multiple of 64"):
+            ExportRWKVCConfig(group=group)
+    assert ExportRWKVCConfig(group=32).group == 32
     with pytest.raises(EdgesmithError, match="weights"):
         ExportRWKVCConfig(weights="int3")

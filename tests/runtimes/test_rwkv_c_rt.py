@@ -89,7 +89,7 @@ def test_fp32_steps_reproduce_the_torch_model(tmp_path, version):
     np.testing.assert_allclose(got, torch_logits(model, tokens), atol=2e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("group", [64, 128])
+@pytest.mark.parametrize("group", [32, 64, 128])  # 32: each 64-input chunk's two halves are two groups
 def test_the_4bit_kernel_computes_its_documented_integer_arithmetic(tmp_path, group):
     dec = RWKVCDecoder(export(rwkv_model(n_embd=256), tmp_path, weights="int4", group=group).path, threads=1)
     rng = np.random.default_rng(1)
@@ -114,11 +114,14 @@ def test_4bit_decoding_stays_close_to_the_quantized_torch_model(tmp_path, versio
     assert (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.8
 
 
-def test_the_8bit_kernel_computes_its_documented_integer_arithmetic(tmp_path):
-    dec = RWKVCDecoder(export(quantized_model("gptvq", 3, n_embd=256), tmp_path).path, threads=1)
+# RWKV-6 at C = 128: the FFN value's 448 inputs give codebooks of 224 columns, so its blocks are of 32
+@pytest.mark.parametrize("version,n_embd,layers,group", [(7, 256, (("L0.fk", 256), ("L1.fv", 1024), ("L0.r", 256)), 64),
+                                                         (6, 128, (("L0.fv", 448), ("L1.fv", 448)), 32)])
+def test_the_8bit_kernel_computes_its_documented_integer_arithmetic(tmp_path, version, n_embd, layers, group):
+    dec = RWKVCDecoder(export(quantized_model("gptvq", 3, version, n_embd), tmp_path).path, threads=1)
     rng = np.random.default_rng(1)
-    for name, n_in in (("L0.fk", 256), ("L1.fv", 1024), ("L0.r", 256)):
-        assert f"{name}.q8" in dec.arrays_
+    for name, n_in in layers:
+        assert f"{name}.q8" in dec.arrays_ and n_in // dec.arrays_[f"{name}.s"].shape[1] == group
         x = rng.normal(size=n_in).astype(np.float32)
         x[3] = 40.0
         ref = exact_q8(dec, name, x)
@@ -127,24 +130,20 @@ def test_the_8bit_kernel_computes_its_documented_integer_arithmetic(tmp_path):
 
 @pytest.mark.parametrize("version", [6, 7])
 def test_rwkvquant_models_decode_with_every_layer_as_codes(tmp_path, version):
-    # SQ layers on the 4-bit kernel, VQ layers on the 8-bit one. RWKV-6's FFN value here has 448 inputs, so
-    # its codebooks span 224 columns: no block of 64 fits, and that one layer is written fp32 with the reason.
+    # SQ layers on the 4-bit kernel, VQ layers on the 8-bit one (RWKV-6's FFN value, whose codebooks span 224
+    # of its 448 inputs, in blocks of 32).
     q = quantized_model("rwkvquant", 3, version=version)
     res = apply_pass(Artifact("torch", module=q), ExportRWKVCConfig(), PassContext(workdir=tmp_path))
     kinds = {getattr(getattr(m, "q", None), "kind", None) for m in q.modules()} - {None}
     assert kinds == {"sq", "vq"}  # the proxy chose both, so both kernels are exercised
-    fallback = {r.name: r.reason for r in res.report.layers if r.action != "quantized"}
-    if version == 7:
-        assert fallback == {}
-    else:
-        assert set(fallback) <= {"L0.fv", "L1.fv"} and all("224 columns" in r for r in fallback.values())
+    assert [r.name for r in res.report.layers if r.action != "quantized"] == []
     tokens = np.random.default_rng(4).integers(0, 256, 12)
     got = np.stack([step for step in map(RWKVCDecoder(res.artifact.path).step, map(int, tokens))])
     ref = torch_logits(q, tokens)
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 0.03
 
 
-@pytest.mark.parametrize("version,method", [(6, None), (7, None), (7, "gptvq")])
+@pytest.mark.parametrize("version,method", [(6, None), (7, None), (7, "gptvq"), (6, "gptvq")])
 def test_threads_split_rows_without_changing_a_bit(tmp_path, version, method):
     model = quantized_model(method, 3, version) if method else rwkv_model(version=version)
     path = export(model, tmp_path, weights="int4").path
