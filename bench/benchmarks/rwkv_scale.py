@@ -2,13 +2,14 @@
 
     python -m edgesmith.bench.benchmarks.rwkv_scale [--version 7] [--n-layer 12] [--n-embd 768] \
         [--vocab 65536] [--methods rwkv-rtn rwkv-gptq rwkv-gptvq rwkvquant] [--bits 3] [--threads 0] \
-        [--out bench/results/rwkv_scale]
+        [--sequential] [--out bench/results/rwkv_scale]
 
 An official-layout ``.pth`` of the shape of RWKV-7 0.1B (12 layers, d 768, head 64, World vocabulary 65,536)
 is written with random weights (N(0, 1/fan_in) matrices; the time and memory of quantization do not depend on
 what the weights learned). Each method then runs in a fresh process, as a user's run would: load the file,
 tokenize the calibration text with the World tokenizer (64 windows of 128 tokens from the stdlib training
-split), quantize every block linear, write the quantized checkpoint. The parent times the process
+split), quantize every block linear (``--sequential``: block-sequentially calibrated), write the quantized
+checkpoint. The parent times the process
 (``perf_counter`` around it) and reads its peak resident memory from the kernel (``wait4`` rusage
 ``ru_maxrss``); the child reports the time of each phase. Everything here is MEASURED on this machine.
 """
@@ -48,7 +49,8 @@ def write_checkpoint(path: Path, version: int, n_layer: int, n_embd: int, vocab:
             "params": sum(p.numel() for p in model.parameters()), "file_bytes": path.stat().st_size}
 
 
-def child(pth: str, method: str, bits: int, out: str, n_calibration: int, seq_len: int) -> dict:
+def child(pth: str, method: str, bits: int, out: str, n_calibration: int, seq_len: int,
+          sequential: bool = False) -> dict:
     """One method in this (fresh) process: load, tokenize calibration text, quantize, save. Phase times."""
     t = {"start": time.perf_counter()}
     from edgesmith.compress.rwkvquant import make_config, quantize_rwkv, save_quantized
@@ -64,13 +66,15 @@ def child(pth: str, method: str, bits: int, out: str, n_calibration: int, seq_le
     calib = sequences(tok.encode(text), seq_len, n_calibration, seed=1)
     t["tokenized"] = time.perf_counter()
     q, rep = quantize_rwkv(model, calib, make_config(method.removeprefix("rwkv-"), bits=bits,
-                                                     n_calibration=n_calibration), inplace=True)
+                                                     n_calibration=n_calibration, sequential=sequential),
+                           inplace=True)
     t["quantized"] = time.perf_counter()
     path = save_quantized(q, out, force=True)
     t["saved"] = time.perf_counter()
     phases = ("imported", "loaded", "tokenized", "quantized", "saved")
     seconds = {p: t[p] - t[prev] for prev, p in zip(("start", *phases), phases)}
-    return {"method": method, "bits": bits, "tokenizer": tok.name, "calibration_tokens": int(calib.size),
+    return {"method": method, "bits": bits, "calibration": rep.extra["calibration"], "tokenizer": tok.name,
+            "calibration_tokens": int(calib.size),
             "bits_per_weight": rep.bits_per_weight, "n_sq": rep.extra["n_sq"], "n_vq": rep.extra["n_vq"],
             "quantized_bytes": path.stat().st_size, "phase_s": {"import": seconds["imported"],
                                                                 "load": seconds["loaded"],
@@ -80,7 +84,7 @@ def child(pth: str, method: str, bits: int, out: str, n_calibration: int, seq_le
 
 
 def run_method(pth: Path, method: str, bits: int, folder: Path, threads: int, n_calibration: int,
-               seq_len: int) -> dict:
+               seq_len: int, sequential: bool = False) -> dict:
     """The child in a fresh process: its wall time and peak RSS as the kernel accounted them."""
     env = dict(os.environ)
     if threads:
@@ -88,7 +92,7 @@ def run_method(pth: Path, method: str, bits: int, folder: Path, threads: int, n_
     out = folder / f"{method}-{bits}b.pth"
     cmd = [sys.executable, "-m", "edgesmith.bench.benchmarks.rwkv_scale", "--child", method, "--bits", str(bits),
            "--checkpoint", str(pth), "--child-out", str(out), "--n-calibration", str(n_calibration),
-           "--seq-len", str(seq_len)]
+           "--seq-len", str(seq_len)] + (["--sequential"] if sequential else [])
     with tempfile.TemporaryFile() as so, tempfile.TemporaryFile() as se:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=so, stderr=se, env=env)
@@ -115,10 +119,11 @@ def markdown(result: dict) -> str:
              f"{result['rows'][0]['calibration_tokens'] if result['rows'] else 0} calibration tokens "
              f"({result['rows'][0]['tokenizer'] if result['rows'] else '-'} tokenizer); "
              f"{result['machine']}.", "",
-             "| method | bits | bpw | SQ/VQ | wall (s) | quantize (s) | load (s) | peak RSS (GiB) | file (MiB) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| method | calibration | bits | bpw | SQ/VQ | wall (s) | quantize (s) | load (s) | peak RSS (GiB) "
+             "| file (MiB) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
-        lines.append(f"| {r['method']} | {r['bits']} | {r['bits_per_weight']:.3f} | {r['n_sq']}/{r['n_vq']} "
+        lines.append(f"| {r['method']} | {r.get('calibration', 'one fp pass')} | {r['bits']} | {r['bits_per_weight']:.3f} | {r['n_sq']}/{r['n_vq']} "
                      f"| {r['wall_s']:.1f} | {r['phase_s']['quantize']:.1f} | {r['phase_s']['load']:.1f} "
                      f"| {r['peak_rss_bytes'] / 2**30:.2f} | {r['quantized_bytes'] / 2**20:.1f} |")
     return "\n".join(lines) + "\n"
@@ -135,13 +140,15 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=0, help="threads per method (0: every core)")
     ap.add_argument("--n-calibration", type=int, default=64)
     ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--sequential", action="store_true", help="block-sequential calibration (sequential=true)")
     ap.add_argument("--out", type=Path, default=Path("bench/results/rwkv_scale"))
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--checkpoint", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
-        print(json.dumps(child(a.checkpoint, a.child, a.bits, a.child_out, a.n_calibration, a.seq_len)))
+        print(json.dumps(child(a.checkpoint, a.child, a.bits, a.child_out, a.n_calibration, a.seq_len,
+                               a.sequential)))
         return 0
     from tqdm.auto import tqdm
 
@@ -154,7 +161,8 @@ def main(argv=None) -> int:
         bar = tqdm(a.methods, desc="quantize", unit="method")
         for method in bar:
             bar.set_postfix_str(method)
-            rows.append(run_method(pth, method, a.bits, Path(tmp), a.threads, a.n_calibration, a.seq_len))
+            rows.append(run_method(pth, method, a.bits, Path(tmp), a.threads, a.n_calibration, a.seq_len,
+                                   a.sequential))
             bar.write(f"{method}: {rows[-1]['wall_s']:.1f} s, peak {rows[-1]['peak_rss_bytes'] / 2**30:.2f} GiB")
     env = environment()
     result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "checkpoint": shape, "rows": rows,

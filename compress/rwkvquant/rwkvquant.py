@@ -201,14 +201,19 @@ def linear_modules(model: nn.Module) -> dict[str, nn.Module]:
 
 
 @torch.no_grad()
-def collect_calibration(model: nn.Module, tokens: np.ndarray, batch: int = 16, block: int | None = None):
+def collect_calibration(model: nn.Module, tokens: np.ndarray, batch: int = 16, block: int | None = None,
+                        inputs: list | None = None):
     """Input Hessians of every block linear and clipped shift importances, from the model as it is (the fp
     model, or with ``block`` given: that block's only, the forward stopping once the block is done, so the
-    blocks before it contribute whatever they are, quantized or not)."""
+    blocks before it contribute whatever they are, quantized or not). With ``inputs`` (``block_inputs``, then
+    ``advance_inputs`` through the blocks before ``block``) only that block runs, on the residual streams kept
+    there, instead of every block before it again."""
     tokens = np.asarray(tokens)
     if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.number):
         raise EdgesmithError(f"calibration data has shape {tokens.shape}; expected (sequences, length) token ids.",
                              "pass windows of training text from the producer's calibration_data().")
+    if inputs is not None and block is None:
+        raise ValueError("collect_calibration: inputs are one block's; pass the block too")
     prefix = "blocks." if block is None else f"blocks.{block}."
     H: dict[str, torch.Tensor] = {}
     n_rows: dict[str, int] = {}
@@ -235,20 +240,48 @@ def collect_calibration(model: nn.Module, tokens: np.ndarray, batch: int = 16, b
     # after the one block asked for
     if block is None:
         hooks.append(model.ln_out.register_forward_pre_hook(_stop_before_head))
-    else:
+    elif inputs is None:
         hooks.append(model.blocks[block].ffn.register_forward_hook(lambda m, a, out: _stop_before_head(m, a)))
     try:
-        for i in range(0, len(tokens), batch):
-            try:
-                model(torch.as_tensor(tokens[i:i + batch], dtype=torch.long))
-            except _HeadReached:
-                pass
+        if inputs is not None:
+            for x, carry in inputs:
+                _run_block(model, block, x, carry)
+        else:
+            for i in range(0, len(tokens), batch):
+                try:
+                    model(torch.as_tensor(tokens[i:i + batch], dtype=torch.long))
+                except _HeadReached:
+                    pass
     finally:
         for h in hooks:
             h.remove()
     for k in H:  # in place: a second set of Hessians would double the peak memory (1 GB at 0.1B shape)
         H[k].div_(n_rows[k])
     return H, {k: v.value() for k, v in imp.items()}
+
+
+@torch.no_grad()
+def block_inputs(model: nn.Module, tokens: np.ndarray, batch: int = 16) -> list:
+    """The residual stream entering block 0, per calibration batch of ``collect_calibration``: (x, carry)."""
+    from edgesmith.models.rwkv.base import check_tokens
+
+    return [(model.emb(check_tokens(torch.as_tensor(tokens[i:i + batch], dtype=torch.long), model.cfg.vocab_size)),
+             None) for i in range(0, len(tokens), batch)]
+
+
+@torch.no_grad()
+def advance_inputs(model: nn.Module, block: int, inputs: list) -> None:
+    """``inputs`` (entering ``block``) moved, in place, to the stream leaving it: through the block as it is now."""
+    for j, (x, carry) in enumerate(inputs):
+        inputs[j] = _run_block(model, block, x, carry)
+
+
+def _run_block(model: nn.Module, block: int, x: torch.Tensor, carry) -> tuple:
+    """One block from the start of the sequences (zero state, or a state-tuned model's own), as ``forward`` runs
+    it: (x leaving it, carry)."""
+    st = model.zero_state(x.shape[0])
+    x, _, carry = model.run_block(block, x, (st.att_x[block], st.ffn_x[block], st.wkv[block]), False, carry)
+    return x, carry
 
 
 class _HeadReached(Exception):
@@ -357,11 +390,16 @@ def quantize_rwkv(model: nn.Module, calibration: np.ndarray, config: RWKVQuantBa
     choice, why, proxy_info = choose_methods(weights, config)
     state = _Tally()
     if config.sequential:
+        # one block pass per block: the residual streams between blocks are kept (n_calibration x length x C
+        # floats, twice for RWKV-7's carried values), not recomputed from the embedding for every block
+        inputs = block_inputs(model, calib)
         for i in range(len(model.blocks)):
-            H, importance = collect_calibration(model, calib, block=i)
+            H, importance = collect_calibration(model, calib, block=i, inputs=inputs)
             _quantize_linears(model, weights, [n for n in list(weights) if n.startswith(f"blocks.{i}.")], H,
                               choice, why, proxy_info, config, None, state, log)
             _quantize_vectors(model, [i], importance, config, state)
+            if i + 1 < len(model.blocks):
+                advance_inputs(model, i, inputs)
     else:
         H, importance = collect_calibration(model, calib)
         _quantize_linears(model, weights, list(weights), H, choice, why, proxy_info, config, cache, state, log)

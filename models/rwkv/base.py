@@ -219,18 +219,27 @@ class RWKVModel(nn.Module):
             state = self.zero_state(idx.shape[0])
         att_x, ffn_x, wkv = [], [], []
         carry = None
-        for i, blk in enumerate(self.blocks):
-            if i == 0:
-                x = blk.ln0(x)
-            dx, ax, S, carry = self._time_mix(blk.att, blk.ln1(x), state.att_x[i], state.wkv[i], recurrent, carry)
-            x = x + dx
-            dx, fx = blk.ffn(blk.ln2(x), state.ffn_x[i])
-            x = x + dx
+        for i in range(len(self.blocks)):
+            x, (ax, fx, S), carry = self.run_block(i, x, (state.att_x[i], state.ffn_x[i], state.wkv[i]), recurrent,
+                                                   carry)
             att_x.append(ax), ffn_x.append(fx), wkv.append(S)
         logits = self.head(self.ln_out(x))
         # a state given as per-layer lists (export-step-onnx's layout, see ``state_layer_dim``) comes back as lists
         stack = torch.stack if isinstance(state.wkv, torch.Tensor) else list
         return logits, RWKVState(stack(att_x), stack(ffn_x), stack(wkv))
+
+    def run_block(self, i: int, x: torch.Tensor, state: tuple, recurrent: bool = False, carry=None):
+        """Block i alone: x is the residual stream entering it (block 0 applies ln0 first), state its (att_x,
+        ffn_x, wkv), carry what the block before passed on (RWKV-7: the first layer's values). Returns (x leaving
+        it, its new (att_x, ffn_x, wkv), carry for block i + 1): ``forward`` is these, block after block."""
+        blk = self.blocks[i]
+        if i == 0:
+            x = blk.ln0(x)
+        att_x, ffn_x, wkv = state
+        dx, ax, S, carry = self._time_mix(blk.att, blk.ln1(x), att_x, wkv, recurrent, carry)
+        x = x + dx
+        dx, fx = blk.ffn(blk.ln2(x), ffn_x)
+        return x + dx, (ax, fx, S), carry
 
     def step(self, token: torch.Tensor, state: RWKVState):
         """One token per sequence: token (B,) -> logits (B, V), new state. The decoding form."""

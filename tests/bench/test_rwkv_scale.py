@@ -25,7 +25,16 @@ def test_scale_benchmark_times_each_method_in_a_fresh_process(tmp_path):
         # the child loaded torch and a model: its own peak RSS, not the parent's, is tens of MiB at least
         assert 50 * 2**20 < r["peak_rss_bytes"] < 8 * 2**30
         assert 3.0 < r["bits_per_weight"] < 3.6
-    assert "| rwkvquant | 3 |" in (tmp_path / "scale.md").read_text()
+    assert "| rwkvquant | one fp pass | 3 |" in (tmp_path / "scale.md").read_text()
+
+
+def test_sequential_calibration_reaches_the_methods_process(tmp_path):
+    from edgesmith.bench.benchmarks.rwkv_scale import main
+
+    assert main([*TOY, "--n-layer", "2", "--methods", "rwkv-gptq", "--sequential", "--out", str(tmp_path)]) == 0
+    (row,) = json.loads((tmp_path / "scale.json").read_text())["rows"]
+    assert row["calibration"] == "block-sequential"
+    assert "| rwkv-gptq | block-sequential | 3 |" in (tmp_path / "scale.md").read_text()
 
 
 def test_a_method_that_fails_in_its_process_is_one_error_naming_it(tmp_path):

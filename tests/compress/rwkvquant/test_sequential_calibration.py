@@ -10,7 +10,8 @@ import torch
 from edgesmith.common import EdgesmithError
 from edgesmith.compress.rwkvquant import make_config, quantize_rwkv
 from edgesmith.compress.rwkvquant.gptq import gptq_quantize
-from edgesmith.compress.rwkvquant.rwkvquant import SHIFT_VECTORS, collect_calibration, linear_modules
+from edgesmith.compress.rwkvquant.rwkvquant import (SHIFT_VECTORS, advance_inputs, block_inputs, collect_calibration,
+                                                    linear_modules)
 from rwkv_helpers import tiny, weights_of
 
 CALIB = np.random.default_rng(1).integers(0, 256, size=(4, 32))
@@ -36,6 +37,29 @@ def test_one_block_calibration_matches_the_full_pass_and_runs_no_later_block(ver
         torch.testing.assert_close(H[n], full_H[n])
     for k in imp:
         torch.testing.assert_close(imp[k], full_imp[k])
+
+
+@pytest.mark.parametrize("version", [6, 7])
+def test_kept_residual_streams_give_the_full_forwards_calibration_running_one_block(version):
+    m = tiny(version, n_layer=3)
+    m.init_wkv = 0.1 * torch.randn(3, *m.zero_state(1).wkv.shape[2:])  # a state-tuned start reaches every block
+    inputs = block_inputs(m, CALIB, batch=3)  # two batches, the second short
+    advance_inputs(m, 0, inputs)
+    advance_inputs(m, 1, inputs)
+    ran = []
+    hooks = [blk.ffn.register_forward_hook(lambda *a, i=i: ran.append(i)) for i, blk in enumerate(m.blocks)]
+    try:
+        H, imp = collect_calibration(m, CALIB, batch=3, block=2, inputs=inputs)
+    finally:
+        for h in hooks:
+            h.remove()
+    assert ran == [2, 2]  # the sequential path's point: block i costs one block pass, not i + 1
+    ref_H, ref_imp = collect_calibration(m, CALIB, batch=3, block=2)
+    assert set(H) == set(ref_H) and set(imp) == set(ref_imp)
+    for n in H:
+        torch.testing.assert_close(H[n], ref_H[n], rtol=1e-6, atol=1e-9)
+    for k in imp:
+        torch.testing.assert_close(imp[k], ref_imp[k], rtol=1e-6, atol=1e-9)
 
 
 @pytest.mark.parametrize("version", [6, 7])
