@@ -18,10 +18,11 @@ methods the same calibration windows) with its own interval. "met" needs the int
 reader can see how far from uniform (-1.2) the weights are. Writes ``table_*.md``, ``results_*.json`` and
 ``dppl_vs_bpw_*.png``.
 
-Fidelity to the fp32 model as well (``kl_to_fp32``): these small byte-level models lose so little perplexity
-at 4 bits that a quantizer's noise can lower it (a negative increase, and then no ratio), so each quantized
-cell's saved checkpoint (the weights its step graph runs) is also scored by the mean per-byte KL divergence
-KL(fp32 || quantized) of the next-byte distributions on the same evaluation windows, in torch. It is never
+Fidelity to the fp32 model as well (``kl_to_fp32``, from ``fidelity_of_cells``): these small byte-level models
+lose so little perplexity at 4 bits that a quantizer's noise can lower it (a negative increase, and then no
+ratio), so each quantized cell's saved checkpoint (the weights its step graph runs) is also scored by the mean
+per-byte KL divergence KL(fp32 || quantized) of the next-byte distributions on the same evaluation windows, in
+torch. It is never
 negative; the table gives it per method with its interval, and RWKVQuant's KL over the best baseline's (by KL),
 paired by seed, beside the perplexity goal (which stays the goal).
 
@@ -118,32 +119,62 @@ def _field_ratio(rq: dict, best: dict, field: str = "kl") -> dict:
     return {"baseline": best["method"], **interval(ratios), "per_seed": ratios}
 
 
+def reference_scores(reference, windows: np.ndarray, batch: int = 16) -> dict:
+    """One pass of the fp32 reference over the windows: its mean NLL (``token_nll``'s) and its next-byte
+    log-probabilities per batch, float64, what every cell's KL is taken against (64 windows of 256 bytes: 34 MB
+    for a byte-level model)."""
+    import torch
+
+    from edgesmith.models.rwkv.train import window_nll
+
+    logprobs = []
+
+    def forward(x):
+        logits = reference(x)[0]
+        logprobs.append(torch.log_softmax(logits.double(), -1))
+        return logits
+
+    return {"nll": float(window_nll(forward, windows, batch).mean()), "logprobs": logprobs}
+
+
+def model_scores(model, windows: np.ndarray, ref_logprobs: list | None = None, batch: int = 16) -> dict:
+    """One pass of ``model`` (tokens (B, T) -> (logits (B, T, V), state)) over the windows less their last token,
+    as the perplexity is: its mean NLL in nats and, given the reference's ``logprobs`` of the same batches, the
+    mean over every next-byte prediction of KL(reference || model)."""
+    import torch
+
+    from edgesmith.models.rwkv.train import window_nll
+
+    kl = [0.0, 0]
+
+    def forward(x):
+        logits = model(x)[0]
+        if ref_logprobs is not None:
+            lp = ref_logprobs[kl[1]]
+            kl[0] += float((lp.exp() * (lp - torch.log_softmax(logits.double(), -1))).sum())
+            kl[1] += 1
+        return logits
+
+    nll = float(window_nll(forward, windows, batch).mean())
+    n = sum(lp.shape[0] * lp.shape[1] for lp in ref_logprobs) if ref_logprobs is not None else 0
+    return {"nll": nll, "kl": kl[0] / n if n else None}
+
+
 def token_kl(reference, model, windows: np.ndarray, batch: int = 16) -> float:
     """Mean over every next-byte prediction of KL(reference || model) in nats, both torch language models
     (tokens (B, T) -> logits (B, T, V)) fed the windows less their last token, as the perplexity is."""
-    import torch
-
-    total, n = 0.0, 0
-    with torch.no_grad():
-        for i in range(0, len(windows), batch):
-            x = torch.from_numpy(np.ascontiguousarray(windows[i:i + batch, :-1]))
-            lp = torch.log_softmax(reference(x)[0].double(), -1)
-            lq = torch.log_softmax(model(x)[0].double(), -1)
-            total += float((lp.exp() * (lp - lq)).sum())
-            n += lp.shape[0] * lp.shape[1]
-    return total / n
+    return model_scores(model, windows, reference_scores(reference, windows, batch)["logprobs"], batch)["kl"]
 
 
 KL_FILE = "kl_to_fp32.json"  # beside a cell's deploy: a cell's folder is keyed by its content, so this never goes stale
 PARITY_FILE = "nll_parity.json"
+FIDELITY = {"kl_to_fp32": KL_FILE, "nll_parity": PARITY_FILE}  # report field -> the file it is kept in
 
 
 def token_nll(model, windows: np.ndarray, batch: int = 16) -> float:
     """Mean NLL in nats of every next byte of the equal-length windows (the perplexity's log), torch, from the
     zero state: the reference models' own ``window_nll``, averaged."""
-    from edgesmith.models.rwkv.train import window_nll
-
-    return float(window_nll(lambda x: model(x)[0], windows, batch).mean())
+    return model_scores(model, windows, None, batch)["nll"]
 
 
 def mirrored(reference, quantized):
@@ -168,25 +199,31 @@ def mirrored(reference, quantized):
     return out
 
 
-def nll_parity(reference, quantized, windows: np.ndarray, base_nll: float | None = None) -> dict:
-    """The quantized model's NLL increase on ``windows`` split exactly into the part even in its weight error
-    (the same for w+D and w-D: curvature, D'HD/2 to second order) and the odd part (g.D to first order)."""
-    base = token_nll(reference, windows) if base_nll is None else base_nll
-    plus, minus = token_nll(quantized, windows), token_nll(mirrored(reference, quantized), windows)
+def _parity(base: float, plus: float, minus: float) -> dict:
     return {"nll_fp32": base, "nll_quantized": plus, "nll_mirrored": minus,
             "even": (plus + minus) / 2 - base, "odd": (plus - minus) / 2}
 
 
-def _score_cells(sweep_dir: Path, keys: list[str], reports: list[dict], file: str, score, log) -> None:
-    """For every quantized cell: ``score(ref, windows, quantized, cache)`` -> a dict, kept in the cell's folder as
-    ``file`` (read back without a model next time) and added to its report under the file's stem."""
+def nll_parity(reference, quantized, windows: np.ndarray, base_nll: float | None = None) -> dict:
+    """The quantized model's NLL increase on ``windows`` split exactly into the part even in its weight error
+    (the same for w+D and w-D: curvature, D'HD/2 to second order) and the odd part (g.D to first order)."""
+    base = token_nll(reference, windows) if base_nll is None else base_nll
+    return _parity(base, token_nll(quantized, windows), token_nll(mirrored(reference, quantized), windows))
+
+
+def fidelity_of_cells(sweep_dir: Path, keys: list[str], reports: list[dict], log=print) -> None:
+    """Add ``kl_to_fp32`` (``token_kl`` of the fp32 reference and the checkpoint the cell saved) and
+    ``nll_parity`` (``nll_parity`` of that checkpoint) to every quantized cell's report, both on the producer's
+    evaluation windows; fp32 cells are left as they are. Each figure is kept in the cell's folder and read back
+    without a model next time. What is missing is computed from one load and one pass of the checkpoint (its
+    NLL and KL from the same logits) plus one of its mirror, against the reference's NLL and log-probabilities
+    computed once per model."""
     import json
 
     from edgesmith.common import atomic_path
     from edgesmith.compress.rwkvquant import load_quantized
     from edgesmith.models import get_producer
 
-    field = Path(file).stem
     refs: dict = {}
     for key, report in zip(keys, reports):
         cell = Path(sweep_dir) / "cells" / key
@@ -195,42 +232,30 @@ def _score_cells(sweep_dir: Path, keys: list[str], reports: list[dict], file: st
             continue
         if len(found) > 1:
             raise EdgesmithError(f"cell {key} holds {len(found)} quantized checkpoints.", "run one variant per cell.")
-        if (cell / file).exists():
-            report[field] = json.loads((cell / file).read_text())
+        missing = [f for f, file in FIDELITY.items() if not (cell / file).exists()]
+        for field in set(FIDELITY) - set(missing):
+            report[field] = json.loads((cell / FIDELITY[field]).read_text())
+        if not missing:
             continue
         if report["model"] not in refs:
             producer = get_producer(report["model"], size="large").build()
-            refs[report["model"]] = (producer.module_.eval(), producer.eval_windows(), {})
-        ref, windows, cache = refs[report["model"]]
-        report[field] = {**score(ref, windows, load_quantized(found[0]).eval(), cache),
-                         "windows": list(windows.shape), "checkpoint": found[0].name}
-        with atomic_path(cell / file, force=True) as tmp:
-            tmp.write_text(json.dumps(report[field]))
+            ref, windows = producer.module_.eval(), producer.eval_windows()
+            refs[report["model"]] = (ref, windows, reference_scores(ref, windows))
+        ref, windows, base = refs[report["model"]]
+        q = load_quantized(found[0]).eval()
+        scores = model_scores(q, windows, base["logprobs"] if "kl_to_fp32" in missing else None)
+        figures = {"kl_to_fp32": lambda: {"kl_nats_per_byte": scores["kl"]},
+                   "nll_parity": lambda: _parity(base["nll"], scores["nll"], token_nll(mirrored(ref, q), windows))}
+        for field in missing:
+            report[field] = {**figures[field](), "windows": list(windows.shape), "checkpoint": found[0].name}
+            with atomic_path(cell / FIDELITY[field], force=True) as tmp:
+                tmp.write_text(json.dumps(report[field]))
         if log:
-            log(f"[{field}] {report['model']} seed {report['seed']} {found[0].parent.name}: "
-                + ", ".join(f"{k} {v:.6f}" for k, v in report[field].items() if isinstance(v, float)))
-
-
-def kl_to_fp32(sweep_dir: Path, keys: list[str], reports: list[dict], log=print) -> None:
-    """Add ``kl_to_fp32`` to every quantized cell's report (``token_kl`` of the fp32 reference model and the
-    checkpoint the cell saved, on the producer's evaluation windows), kept in the cell's folder so a table is
-    re-made without recomputing it; fp32 cells are left as they are."""
-    _score_cells(sweep_dir, keys, reports, KL_FILE,
-                 lambda ref, windows, q, cache: {"kl_nats_per_byte": token_kl(ref, q, windows)}, log)
+            log(f"[fidelity] {report['model']} seed {report['seed']} {found[0].parent.name}: "
+                + ", ".join(f"{k} {v:.6f}" for f in missing for k, v in report[f].items() if isinstance(v, float)))
     for report in reports:
         if isinstance(report.get("kl_to_fp32"), dict):
             report["kl_to_fp32"] = report["kl_to_fp32"]["kl_nats_per_byte"]
-
-
-def parity_of_cells(sweep_dir: Path, keys: list[str], reports: list[dict], log=print) -> None:
-    """Add ``nll_parity`` (``nll_parity`` of the cell's checkpoint on the evaluation windows) to every quantized
-    cell's report, kept in the cell's folder like the KL."""
-    def score(ref, windows, q, cache):
-        if "nll" not in cache:
-            cache["nll"] = token_nll(ref, windows)
-        return nll_parity(ref, q, windows, cache["nll"])
-
-    _score_cells(sweep_dir, keys, reports, PARITY_FILE, score, log)
 
 
 def _parity_columns(parities: list[dict]) -> dict:
@@ -404,8 +429,7 @@ def run_seeds(recipe: Path, sweep_dir: Path, *, models=None, workers: int | None
     select = None if models is None else (lambda cell: cell.spec["model"] in models)
     sweep = require_done(run_sweep(recipe, sweep_dir, workers=workers, ray=ray, log=log, select=select), sweep_dir)
     reports = [cell_report(sweep_dir, c["key"]) for c in sweep["cells"]]
-    kl_to_fp32(sweep_dir, [c["key"] for c in sweep["cells"]], reports, log=log)
-    parity_of_cells(sweep_dir, [c["key"] for c in sweep["cells"]], reports, log=log)
+    fidelity_of_cells(sweep_dir, [c["key"] for c in sweep["cells"]], reports, log=log)
     return seed_table(reports), sweep["run"], decision_costs(reports)
 
 

@@ -203,19 +203,62 @@ def test_the_table_gives_kl_to_fp32_per_method_and_rwkvquants_ratio_paired_by_se
     assert "| 2.333 ± " in md and "KL to fp32 / best baseline's (gptq) = 0.67" in md
 
 
-def test_kl_is_kept_in_the_cell_folder_and_read_back_without_a_model(tmp_path):
+def test_kl_and_parity_are_kept_in_the_cell_folder_and_read_back_without_a_model(tmp_path):
     import json
 
-    from edgesmith.bench.benchmarks.rwkv_quant_seeds import KL_FILE, kl_to_fp32
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import KL_FILE, PARITY_FILE, fidelity_of_cells
 
     ckpt = tmp_path / "cells" / "k1" / "deploy" / "artifacts" / "gptq-3bit"
     ckpt.mkdir(parents=True)
-    (ckpt / "model.quantized.pth").write_bytes(b"")  # never loaded: the kept figure answers
+    (ckpt / "model.quantized.pth").write_bytes(b"")  # never loaded: the kept figures answer
+    kept = {"nll_fp32": 1.0, "nll_quantized": 1.01, "nll_mirrored": 1.004, "even": 0.007, "odd": 0.003}
     (tmp_path / "cells" / "k1" / KL_FILE).write_text(json.dumps({"kl_nats_per_byte": 0.0042}))
+    (tmp_path / "cells" / "k1" / PARITY_FILE).write_text(json.dumps(kept))
     (tmp_path / "cells" / "k0").mkdir()  # the fp32 cell: no checkpoint, no KL
     reports = [{"model": "no-such-model", "seed": 0}, {"model": "no-such-model", "seed": 0}]
-    kl_to_fp32(tmp_path, ["k0", "k1"], reports, log=None)
-    assert "kl_to_fp32" not in reports[0] and reports[1]["kl_to_fp32"] == 0.0042
+    fidelity_of_cells(tmp_path, ["k0", "k1"], reports, log=None)
+    assert "kl_to_fp32" not in reports[0] and "nll_parity" not in reports[0]
+    assert reports[1]["kl_to_fp32"] == 0.0042 and reports[1]["nll_parity"] == kept
+
+
+def test_one_pass_per_checkpoint_gives_the_kl_and_parity_of_separate_scoring(tmp_path, monkeypatch):
+    import json
+
+    import numpy as np
+
+    import edgesmith.models
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import KL_FILE, fidelity_of_cells, nll_parity, token_kl
+    from edgesmith.compress.rwkvquant import load_quantized, make_config, quantize_rwkv, save_quantized
+    from tests.compress.rwkvquant.rwkv_helpers import tiny
+
+    ref = tiny(7).eval()
+    windows = np.random.default_rng(5).integers(0, 256, size=(20, 17))  # two batches of 16, the second short
+
+    class Producer:  # stands in for the large reference (trained for an hour): the tiny model and its windows
+        def build(self):
+            self.module_ = ref
+            return self
+
+        def eval_windows(self):
+            return windows
+
+    monkeypatch.setattr(edgesmith.models, "get_producer", lambda name, size: Producer())
+    calib = np.random.default_rng(6).integers(0, 256, size=(4, 32))
+    keys, reports = [], []
+    for k, method in enumerate(("gptq", "rtn")):
+        folder = tmp_path / "cells" / f"k{k}" / "deploy" / "artifacts" / method
+        folder.mkdir(parents=True)
+        q = quantize_rwkv(ref, calib, make_config(method, bits=3, n_calibration=4, kmeans_iters=5))[0]
+        save_quantized(q, folder / "model.quantized.pth")
+        keys.append(f"k{k}"), reports.append({"model": "rwkv7-ref", "seed": 0})
+    (tmp_path / "cells" / "k1" / KL_FILE).write_text(json.dumps({"kl_nats_per_byte": 0.5}))  # kept: not recomputed
+    fidelity_of_cells(tmp_path, keys, reports, log=None)
+    q0 = load_quantized(tmp_path / "cells" / "k0" / "deploy" / "artifacts" / "gptq" / "model.quantized.pth").eval()
+    assert reports[0]["kl_to_fp32"] == token_kl(ref, q0, windows) > 0
+    separate = nll_parity(ref, q0, windows)
+    assert {k: reports[0]["nll_parity"][k] for k in separate} == separate
+    assert reports[1]["kl_to_fp32"] == 0.5 and reports[1]["nll_parity"]["even"] != 0
+    assert json.loads((tmp_path / "cells" / "k0" / KL_FILE).read_text())["windows"] == [20, 17]
 
 
 def test_the_plot_has_a_kl_panel_when_the_rows_have_kl():
@@ -309,18 +352,3 @@ def test_the_table_splits_each_increase_and_pairs_rwkvquants_even_part_by_seed()
     assert "even part of the increase: RWKVQuant's / best baseline's (gptq) = 0.58" in md
     assert "| gptq | 3 | +0.0100 ± " in md and "| odd part |" in md
     assert len(plot([res]).axes) == 2  # perplexity and the even part (no KL in these reports)
-
-
-def test_parity_is_kept_in_the_cell_folder_and_read_back_without_a_model(tmp_path):
-    import json
-
-    from edgesmith.bench.benchmarks.rwkv_quant_seeds import PARITY_FILE, parity_of_cells
-
-    ckpt = tmp_path / "cells" / "k1" / "deploy" / "artifacts" / "gptq-3bit"
-    ckpt.mkdir(parents=True)
-    (ckpt / "model.quantized.pth").write_bytes(b"")  # never loaded: the kept figures answer
-    kept = {"nll_fp32": 1.0, "nll_quantized": 1.01, "nll_mirrored": 1.004, "even": 0.007, "odd": 0.003}
-    (tmp_path / "cells" / "k1" / PARITY_FILE).write_text(json.dumps(kept))
-    reports = [{"model": "no-such-model", "seed": 0}]
-    parity_of_cells(tmp_path, ["k1"], reports, log=None)
-    assert reports[0]["nll_parity"] == kept
