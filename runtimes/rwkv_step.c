@@ -169,7 +169,8 @@ static inline __attribute__((always_inline)) void close_group(const Mat *w, int 
 static inline __attribute__((always_inline)) void dot_quad_g(const Mat *w, int quad, const int8_t *xq,
                                                               const float *xs, const float *xsx, float *y,
                                                               const int G, const int BITS) {
-    const int ng = w->cols / G, row_bytes = BITS * 8, step = G < 64 ? 64 : G; /* row bytes per 64 inputs */
+    /* row_bytes: a row's per 64 inputs; step: the inputs between closes (two groups of 32 at G = 32) */
+    const int ng = w->cols / G, row_bytes = BITS * 8, step = G < 64 ? 64 : G;
     const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     const uint8_t *q = w->q + (long)quad * BITS / 2 * w->cols;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
