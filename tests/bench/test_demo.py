@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from edgesmith.bench.cli import main
@@ -31,11 +32,16 @@ def test_the_shipped_demo_recipe_covers_every_kind_on_every_target_that_runs_it(
 
 @pytest.mark.lava
 @pytest.mark.slow
-def test_demo_writes_a_report_per_deploy_and_a_summary(tmp_path, capsys):
+def test_demo_writes_a_report_per_deploy_and_a_summary(tmp_path, capsys, digits):
+    # the loihi2 entry scores 48 test digits given as the user's data: all 360 in Lava take a minute and a half,
+    # and test_deploy's loihi2 test already runs them
+    x, y = digits.test_data()
+    np.save(tmp_path / "x.npy", x[:48]), np.save(tmp_path / "y.npy", y[:48])
     recipe = tmp_path / "demo.toml"
     recipe.write_text('[bench]\nwarmup = 1\nreps = 5\n'
                       '[[deploy]]\nmodel = "digits-mlp"\ntarget = "host-cpu"\n'
                       '[[deploy]]\nmodel = "digits-mlp"\ntarget = "loihi2"\n'
+                      f'eval_data = "{tmp_path / "x.npy"}"\nlabels = "{tmp_path / "y.npy"}"\n'
                       '[[deploy]]\nmodel = "gbrl-cartpole"\ntarget = "host-cpu"\n'
                       'model_options = { steps = 2048, cache = false }\n')
     out = tmp_path / "demo"
@@ -47,6 +53,8 @@ def test_demo_writes_a_report_per_deploy_and_a_summary(tmp_path, capsys):
     for s in summary:
         folder = out / f"{s['model']}-{s['target']}"
         assert (folder / "report.md").is_file() and s["rows"]
+    loihi = json.loads((out / "digits-mlp-loihi2" / "report.json").read_text())
+    assert loihi["results"][0]["bit_exact_reference"]["n_samples"] == 48
     host = summary[0]
     assert {"onnxruntime", "tvm (untuned)"} <= {r["runtime"] for r in host["rows"]}
     md = (out / "summary.md").read_text()
