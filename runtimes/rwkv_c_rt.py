@@ -21,7 +21,7 @@ import numpy as np
 
 from edgesmith.common import EdgesmithError
 from edgesmith.compress.base import Artifact
-from edgesmith.compress.export_rwkv_c import why_unavailable
+from edgesmith.compress.export_rwkv_c import kernel_group, why_unavailable
 from edgesmith.runtimes.base import Runtime, register_runtime
 
 SOURCE = Path(__file__).with_name("rwkv_step.c")
@@ -127,7 +127,7 @@ class RWKVCDecoder:
         group = cols // max(s.shape[1], 1)
         self._check(name, s.shape, (rows // 4, cols // group, 4))
         self._check(name, self.arrays_[f"{name}.{extra}"].shape, s.shape)
-        if (group != 32 and group % 64) or group * s.shape[1] != cols:
+        if not kernel_group(group) or group * s.shape[1] != cols:
             raise EdgesmithError(f"{self.path}: {name} has groups of {cols}/{s.shape[1]} inputs.",
                                  "re-export the model with a group of 32 or a multiple of 64.")
         extra_ptr = self._ptr(f"{name}.{extra}", extra_type)

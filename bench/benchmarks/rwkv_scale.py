@@ -123,8 +123,8 @@ def markdown(result: dict) -> str:
              "| file (MiB) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
-        lines.append(f"| {r['method']} | {r.get('calibration', 'one fp pass')} | {r['bits']} | {r['bits_per_weight']:.3f} | {r['n_sq']}/{r['n_vq']} "
-                     f"| {r['wall_s']:.1f} | {r['phase_s']['quantize']:.1f} | {r['phase_s']['load']:.1f} "
+        lines.append(f"| {r['method']} | {r['calibration']} | {r['bits']} | {r['bits_per_weight']:.3f} "
+                     f"| {r['n_sq']}/{r['n_vq']} | {r['wall_s']:.1f} | {r['phase_s']['quantize']:.1f} | {r['phase_s']['load']:.1f} "
                      f"| {r['peak_rss_bytes'] / 2**30:.2f} | {r['quantized_bytes'] / 2**20:.1f} |")
     return "\n".join(lines) + "\n"
 

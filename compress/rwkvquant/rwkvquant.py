@@ -204,16 +204,20 @@ def linear_modules(model: nn.Module) -> dict[str, nn.Module]:
 def collect_calibration(model: nn.Module, tokens: np.ndarray, batch: int = 16, block: int | None = None,
                         inputs: list | None = None):
     """Input Hessians of every block linear and clipped shift importances, from the model as it is (the fp
-    model, or with ``block`` given: that block's only, the forward stopping once the block is done, so the
-    blocks before it contribute whatever they are, quantized or not). With ``inputs`` (``block_inputs``, then
-    ``advance_inputs`` through the blocks before ``block``) only that block runs, on the residual streams kept
-    there, instead of every block before it again."""
+    model, or with ``block`` given: that block's only, on the residual streams entering it, so the blocks before
+    it contribute whatever they are, quantized or not). ``inputs`` are those streams kept by the caller
+    (``block_inputs``, then ``advance_inputs`` through the blocks before ``block``): only the block runs; without
+    them they are made here, through the blocks before it."""
     tokens = np.asarray(tokens)
     if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.number):
         raise EdgesmithError(f"calibration data has shape {tokens.shape}; expected (sequences, length) token ids.",
                              "pass windows of training text from the producer's calibration_data().")
     if inputs is not None and block is None:
         raise ValueError("collect_calibration: inputs are one block's; pass the block too")
+    if block is not None and inputs is None:
+        inputs = block_inputs(model, tokens, batch)
+        for i in range(block):
+            advance_inputs(model, i, inputs)
     prefix = "blocks." if block is None else f"blocks.{block}."
     H: dict[str, torch.Tensor] = {}
     n_rows: dict[str, int] = {}
@@ -236,14 +240,11 @@ def collect_calibration(model: nn.Module, tokens: np.ndarray, batch: int = 16, b
             imp[key] = ShiftImportance()
             hooks.append(getattr(blk, part).shift_probe.register_forward_hook(
                 lambda m, a, out, key=key: imp[key].update(out)))
-    # the head (65,536 logits per token on a World-vocabulary model) is not calibrated: stop before it, or
-    # after the one block asked for
+    # the head (65,536 logits per token on a World-vocabulary model) is not calibrated: stop before it
     if block is None:
         hooks.append(model.ln_out.register_forward_pre_hook(_stop_before_head))
-    elif inputs is None:
-        hooks.append(model.blocks[block].ffn.register_forward_hook(lambda m, a, out: _stop_before_head(m, a)))
     try:
-        if inputs is not None:
+        if block is not None:
             for x, carry in inputs:
                 _run_block(model, block, x, carry)
         else:
@@ -285,7 +286,7 @@ def _run_block(model: nn.Module, block: int, x: torch.Tensor, carry) -> tuple:
 
 
 class _HeadReached(Exception):
-    """Raised at the output norm (or after the block calibrated): calibration has seen every linear it needs."""
+    """Raised at the output norm: calibration has seen every linear it needs."""
 
 
 def _stop_before_head(module, args):
