@@ -21,12 +21,14 @@ import numpy as np
 
 from edgesmith.common import EdgesmithError
 from edgesmith.compress.base import Artifact
-from edgesmith.compress.export_rwkv_c import kernel_group, why_unavailable
+from edgesmith.compress.export_rwkv_c import HALF_GROUP, kernel_group, why_unavailable
 from edgesmith.runtimes.base import Runtime, register_runtime
 
 SOURCE = Path(__file__).with_name("rwkv_step.c")
-CFLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
-MAX_JOBS = 8  # products the decoder batches into one parallel region (rwkv_step.c)
+MAX_JOBS = 8  # products the decoder batches into one parallel region
+# the C file takes its buffer sizes from here, so the arrays allocated below always match what it indexes
+CFLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC", "-std=gnu11",
+          f"-DMAX_JOBS={MAX_JOBS}", f"-DMIN_GROUP={HALF_GROUP}")
 
 _p = ctypes.c_void_p
 
@@ -178,7 +180,7 @@ class RWKVCDecoder:
         self.wkv_ = np.zeros((L, H, N, N), np.float32)
         self.scratch_ = np.zeros(19 * C + F + 5 * D, np.float32)
         self.xq_ = np.zeros(MAX_JOBS * max(C, F), np.int8)  # one quantized input per product of a batch
-        self.xs_ = np.zeros(MAX_JOBS * (max(C, F) // 32 + 1), np.float32)  # per group of >= 32 inputs
+        self.xs_ = np.zeros(MAX_JOBS * (max(C, F) // HALF_GROUP + 1), np.float32)  # per activation group
         self.xsx_ = np.zeros_like(self.xs_)
         m = Model(L, C, H, N, V, F, D, version, self._ptr("emb", np.float32), self._ptr("ln0_w", np.float32),
                   self._ptr("ln0_b", np.float32), self._ptr("lnout_w", np.float32), self._ptr("lnout_b", np.float32),

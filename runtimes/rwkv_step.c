@@ -58,7 +58,7 @@ typedef struct {
     float *att_x, *ffn_x, *wkv;    /* state: L x C, L x C, L x H x N x N ([value, key]) */
     float *scratch;                /* 19 C + F + 5 D floats: see time_mix and channel_mix */
     int8_t *xq;                    /* MAX_JOBS slots of max(C, F) int8: each 4-bit product's quantized input */
-    float *xs;                     /* MAX_JOBS slots of max(C, F) / 32 + 1 */
+    float *xs;                     /* MAX_JOBS slots of max(C, F) / MIN_GROUP + 1 */
     float *xsx;                    /* the same: xs times the group's code sum */
 } Model;
 
@@ -241,7 +241,11 @@ typedef struct {
     float *y;
 } Job;
 
-#define MAX_JOBS 8
+/* MAX_JOBS (products batched into one parallel region) and MIN_GROUP (the smallest activation group, which
+ * sizes the scale slots) come from the compiler flags of rwkv_c_rt.py, which allocates the buffers. */
+#if !defined(MAX_JOBS) || !defined(MIN_GROUP)
+#error "compile with -DMAX_JOBS=... -DMIN_GROUP=... (rwkv_c_rt.py passes both)"
+#endif
 #define FP32_ROWS 16 /* rows of an fp32 matrix per unit of work */
 
 static inline int job_units(const Mat *w) { return w->group ? w->rows / 4 : (w->rows + FP32_ROWS - 1) / FP32_ROWS; }
@@ -266,7 +270,7 @@ static void run_unit(const Job *j, int u, const int8_t *xq, const float *xs, con
  * quantized into its own slot first, then the threads take contiguous shares of the batch's bytes. A row is
  * always computed by the same code, so the result does not depend on the thread count. */
 static void gemv_batch(const Model *m, const Job *jobs, int n) {
-    const int width = m->C > m->F ? m->C : m->F, gw = width / 32 + 1;
+    const int width = m->C > m->F ? m->C : m->F, gw = width / MIN_GROUP + 1;
     long start[MAX_JOBS + 1];
     start[0] = 0;
     for (int i = 0; i < n; i++) {
