@@ -2,10 +2,11 @@
 
     python -m edgesmith.bench.benchmarks.rwkv_quant_table [--models rwkv6-ref rwkv7-ref] [--bits 3 4] \
         [--vectors quantized fp] [--out-dir bench/results/rwkv_quant] [--workers N] [--ray auto|ADDRESS] \
-        [--sweep-dir DIR] [--quick]
+        [--sweep-dir DIR] [--quick | --recipe PATH]
 
 The cells are an ``edgesmith sweep`` (``bench/recipes/sweeps/rwkv-quant-table.toml``; ``--quick``: its
-test-size twin), run in parallel or on Ray, cached per cell and resumed: each is one host-cpu deploy of one
+test-size twin; ``--recipe``: another of the same shape, e.g. ``rwkv-quant-table-large-vqnorm.toml`` for the
+large pair with GPTVQ's blockwise normalisation), run in parallel or on Ray, cached per cell and resumed: each is one host-cpu deploy of one
 quantizer at one bit width and one treatment of the token-shift multiplication vectors (``quantize_vectors``:
 3-bit codebooks, plain k-means for the baselines and the importance-weighted codebook for RWKVQuant, or kept
 fp), scored on the step graph in onnxruntime on the evaluation split and on the validation split (stdlib
@@ -70,7 +71,7 @@ def _cell_rows(report: dict) -> tuple[dict, dict]:
          "bpw": quant["bits_per_weight"], **scored(name), "n_vq": quant["extra"]["n_vq"],
          "n_sq": quant["extra"]["n_sq"], "size_bytes": quant["size_after_bytes"],
          "vector_bpw": quant["extra"]["vector_bits_per_weight"], "decision": quant["extra"]["decision"],
-         "seconds": quant["seconds"], "layers": quant["layers"]}
+         "seconds": quant["seconds"], "layers": quant["layers"], "vq_scale_block": cfg.get("vq_scale_block")}
     return fp, q
 
 
@@ -147,7 +148,8 @@ def markdown(results: list[dict]) -> str:
             vp = f"{r['val_ppl']:.4f}" if "val_ppl" in r else "-"
             vs = r.get("vs_gptq")
             paired = f"{1e3 * vs['dnll']:+.2f} ± {1e3 * vs['se']:.2f}" if vs else "-"
-            lines.append(f"| {r['method']} | {r.get('vectors', '-')} | {r['bits']} | {r['bpw']:.3f} | {vp} "
+            norm = f" (VQ norm. {r['vq_scale_block']})" if r.get("vq_scale_block") and r.get("n_vq") else ""
+            lines.append(f"| {r['method']}{norm} | {r.get('vectors', '-')} | {r['bits']} | {r['bpw']:.3f} | {vp} "
                          f"| {r['ppl']:.4f} | {r['ppl'] - fp:+.4f} | {paired} | {layers} | {pct} "
                          f"| {r['size_bytes'] / 1e3:.0f} kB |")
         lines.append("")
@@ -203,13 +205,17 @@ def main(argv=None) -> int:
     ap.add_argument("--bits", nargs="+", type=int, default=None, help="a subset of the recipe's bit widths")
     ap.add_argument("--vectors", nargs="+", choices=sorted(VECTORS), default=None)
     ap.add_argument("--quick", action="store_true", help="the test-size recipe (rwkv7-ref, two windows; a minute)")
+    ap.add_argument("--recipe", type=Path, default=None,
+                    help="another recipe of the same shape (e.g. rwkv-quant-table-large-vqnorm.toml)")
     ap.add_argument("--workers", type=int, default=None, help="sweep cells at a time (default: one per core)")
     ap.add_argument("--ray", default=None, help="run the cells on Ray: auto, an address, or local")
     ap.add_argument("--sweep-dir", type=Path, default=None,
                     help="the sweep folder to run or resume (default: the recipe's, runs/sweeps/...)")
     ap.add_argument("--out-dir", type=Path, default=Path("bench/results/rwkv_quant"))
     a = ap.parse_args(argv)
-    recipe = QUICK_RECIPE if a.quick else RECIPE
+    if a.quick and a.recipe:
+        ap.error("--quick names its own recipe; give --quick or --recipe, not both")
+    recipe = a.recipe or (QUICK_RECIPE if a.quick else RECIPE)
     sweep_dir = a.sweep_dir or Path("runs/sweeps") / recipe.stem
     vectors = None if a.vectors is None else {VECTORS[v] for v in a.vectors}
     results, run = run_table(recipe, sweep_dir, models=a.models, bits=a.bits, vectors=vectors, workers=a.workers,

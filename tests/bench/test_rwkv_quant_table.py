@@ -69,3 +69,18 @@ def test_quant_table_refuses_cells_whose_fp32_scores_disagree():
     with pytest.raises(EdgesmithError, match="fp32 perplexity differs"):
         table_from_reports([_report("m", "rwkv-gptq", 90.0, 7.0, 7.0),
                             _report("m", "rwkv-rtn", 90.0, 7.0, 7.0, fp=(5.1, 6.0))])
+
+
+def test_quant_table_takes_one_recipe_and_names_normalised_vq_in_its_rows(capsys):
+    from edgesmith.bench.benchmarks.rwkv_quant_table import main, markdown, table_from_reports
+
+    with pytest.raises(SystemExit) as e:
+        main(["--quick", "--recipe", "other.toml"])
+    assert e.value.code == 2 and "not both" in capsys.readouterr().err
+    # a VQ cell quantized with blockwise normalisation says so; an SQ-only cell with the same option does not
+    vq, sq = _report("m", "rwkv-gptvq", 90.0, 7.0, 7.0), _report("m", "rwkv-gptq", 90.0, 7.0, 7.0)
+    vq["variants"][1]["pass_reports"][0]["config"]["vq_scale_block"] = 32
+    sq["variants"][1]["pass_reports"][0]["config"]["vq_scale_block"] = 32
+    sq["variants"][1]["pass_reports"][0]["extra"]["n_vq"] = 0
+    md = markdown(table_from_reports([vq, sq]))
+    assert "| gptvq (VQ norm. 32) |" in md and "| gptq | quantized |" in md
