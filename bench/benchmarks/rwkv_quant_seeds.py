@@ -18,6 +18,13 @@ methods the same calibration windows) with its own interval. "met" needs the int
 reader can see how far from uniform (-1.2) the weights are. Writes ``table_*.md``, ``results_*.json`` and
 ``dppl_vs_bpw_*.png``.
 
+RWKVQuant's threshold percentile chosen on held-out text (``rwkv-quant-seeds-vqnorm-val.toml``): where a recipe
+runs RWKVQuant at several percentiles for one model and bit width, the script first runs every cell except those
+candidates' seeds other than ``CHOICE_SEED`` (0), picks the candidate with the lowest *validation* perplexity
+there (``percentile_choices``; the recipe must set ``model_options.validation = true``), then runs only the chosen
+one on the other seeds. Its row stands for RWKVQuant in the table and the goal; every candidate's validation and
+evaluation perplexity at seed 0 is listed under the table.
+
 Fidelity to the fp32 model as well (``kl_to_fp32``, from ``fidelity_of_cells``): these small byte-level models
 lose so little perplexity at 4 bits that a quantizer's noise can lower it (a negative increase, and then no
 ratio), so each quantized cell's saved checkpoint (the weights its step graph runs) is also scored by the mean
@@ -44,13 +51,14 @@ from pathlib import Path
 import numpy as np
 
 from edgesmith.bench.sweep import RECIPES
-from edgesmith.bench.benchmarks.rwkv_quant_table import write_outputs
+from edgesmith.bench.benchmarks.rwkv_quant_table import DEFAULT_PERCENTILE, choose_percentile, write_outputs
 from edgesmith.common import EdgesmithError
 
 RECIPE = RECIPES / "rwkv-quant-seeds.toml"
 BASELINES = ("rtn", "gptq", "gptvq")
 METHODS = (*BASELINES, "rwkvquant")
 GOAL = 0.75  # RWKVQuant's perplexity increase at most this share of the best baseline's
+CHOICE_SEED = 0  # the calibration seed on whose validation perplexity RWKVQuant's candidate percentiles compete
 
 
 def interval(values) -> dict:
@@ -79,6 +87,7 @@ def _quant_cell(report: dict) -> dict:
             "ppl": res["evaluation"]["value"], "bpw": quant["bits_per_weight"], "seconds": quant["seconds"],
             "n_sq": quant["extra"]["n_sq"], "n_vq": quant["extra"]["n_vq"], "size_bytes": quant["size_after_bytes"],
             "percentile": cfg["sq_percentile"], "vq_scale_block": cfg.get("vq_scale_block", 0),
+            "val_ppl": res["evaluation"].get("extra", {}).get("validation_perplexity"),
             "kl": report.get("kl_to_fp32"), "parity": report.get("nll_parity")}
 
 
@@ -269,9 +278,50 @@ def _parity_columns(parities: list[dict]) -> dict:
             "even_stats": interval(even), "odd_stats": interval(odd)}
 
 
+def _candidate(spec: dict) -> tuple[tuple[str, int], float] | None:
+    """((model, bits), percentile) of a recipe cell that runs RWKVQuant; None for any other cell."""
+    opts = spec.get("options", {})
+    if opts.get("methods") != ["rwkvquant"]:
+        return None
+    return (spec["model"], opts["bits"][0]), float(opts.get("sq_percentile", DEFAULT_PERCENTILE))
+
+
+def percentile_choices(reports: list[dict]) -> tuple[list[dict], dict]:
+    """Where the cells run RWKVQuant at several threshold percentiles for one model and bit width, the candidate
+    with the lowest validation perplexity at ``CHOICE_SEED`` (``choose_percentile``: evaluation scores are never
+    looked at) stands for RWKVQuant on every seed, and the other candidates' cells are set aside. Returns (the
+    reports the table is made of, {(model, bits): {"chosen": percentile, "candidates": [...]}})."""
+    groups: dict = {}
+    for i, report in enumerate(reports):
+        q = _quant_cell(report)
+        if q["method"] == "rwkvquant":
+            groups.setdefault((report["model"], q["bits"]), []).append((i, q))
+    drop, choices = set(), {}
+    for (model, bits), cells in sorted(groups.items()):
+        percentiles = {q["percentile"] for _, q in cells}
+        if len(percentiles) < 2:
+            continue
+        at_seed = [q for _, q in cells if q["seed"] == CHOICE_SEED]
+        missing = percentiles - {q["percentile"] for q in at_seed}
+        if missing:
+            raise EdgesmithError(f"{model} RWKVQuant {bits}-bit: percentile(s) {sorted(missing)} have no seed-"
+                                 f"{CHOICE_SEED} cell to be chosen on.", f"run every candidate at seed {CHOICE_SEED}.")
+        if any(q["val_ppl"] is None for q in at_seed):
+            raise EdgesmithError(f"{model} RWKVQuant {bits}-bit: the candidates have no validation perplexity to "
+                                 "choose a percentile on.", "set model_options.validation = true in the recipe.")
+        best = choose_percentile(at_seed)
+        choices[(model, bits)] = {"chosen": best["percentile"], "candidates": [
+            {k: q[k] for k in ("percentile", "val_ppl", "ppl", "n_vq", "n_sq")}
+            for q in sorted(at_seed, key=lambda q: q["percentile"])]}
+        drop |= {i for i, q in cells if q["percentile"] != best["percentile"]}
+    return [r for i, r in enumerate(reports) if i not in drop], choices
+
+
 def seed_table(reports: list[dict]) -> list[dict]:
     """Per model: fp32, then per bit width every method's per-seed perplexities with mean and 95% interval of the
-    increase over fp32, and the goal ratio. Each model needs exactly one fp32 cell."""
+    increase over fp32, and the goal ratio. Each model needs exactly one fp32 cell. RWKVQuant at several
+    percentiles: its row is the one ``percentile_choices`` picks on validation text, with the candidates beside it."""
+    reports, choices = percentile_choices(reports)
     models: dict = {}
     for report in reports:
         models.setdefault(report["model"], []).append(_quant_cell(report))
@@ -302,6 +352,8 @@ def seed_table(reports: list[dict]) -> list[dict]:
                        "n_sq": [c["n_sq"] for c in cs], "n_vq": [c["n_vq"] for c in cs],
                        "size_bytes": int(np.mean([c["size_bytes"] for c in cs])),
                        "vq_scale_block": cs[0]["vq_scale_block"]}
+                if method == "rwkvquant" and (name, bits) in choices:
+                    row["percentile_choice"] = choices[(name, bits)]
                 if all(c["kl"] is not None for c in cs):
                     row.update(kl=[c["kl"] for c in cs], kl_stats=interval([c["kl"] for c in cs]))
                 if all(c["parity"] is not None for c in cs):
@@ -424,13 +476,36 @@ def weight_facts(model: str, size: str = "large") -> dict | None:
 def run_seeds(recipe: Path, sweep_dir: Path, *, models=None, workers: int | None = None, ray: str | None = None,
               log=print) -> tuple[list[dict], dict, dict]:
     """Run (or resume) the sweep; returns the seed table, the sweep's run facts and ``decision_costs``."""
-    from edgesmith.bench.sweep import cell_report, require_done, run_sweep
+    from edgesmith.bench.sweep import cell_report, load_sweep, require_done, run_sweep
 
-    select = None if models is None else (lambda cell: cell.spec["model"] in models)
-    sweep = require_done(run_sweep(recipe, sweep_dir, workers=workers, ray=ray, log=log, select=select), sweep_dir)
-    reports = [cell_report(sweep_dir, c["key"]) for c in sweep["cells"]]
-    fidelity_of_cells(sweep_dir, [c["key"] for c in sweep["cells"]], reports, log=log)
-    return seed_table(reports), sweep["run"], decision_costs(reports)
+    def run(select):
+        sweep = require_done(run_sweep(recipe, sweep_dir, workers=workers, ray=ray, log=log, select=select), sweep_dir)
+        return sweep, [cell_report(sweep_dir, c["key"]) for c in sweep["cells"]]
+
+    def wanted(cell):
+        return models is None or cell.spec["model"] in models
+
+    def first(cell):  # every cell but the candidate percentiles' other seeds
+        return wanted(cell) and (_candidate(cell.spec) is None or cell.spec["seed"] == CHOICE_SEED)
+
+    groups: dict = {}
+    for cell in load_sweep(recipe)[1]:
+        if (c := _candidate(cell.spec)) is not None:
+            groups.setdefault(c[0], set()).add(c[1])
+    select = None if models is None else wanted
+    if any(len(p) > 1 for p in groups.values()):  # RWKVQuant's percentile is chosen on seed 0, then run on all
+        _, reports = run(first)
+        chosen = {k: v["chosen"] for k, v in percentile_choices(reports)[1].items()}
+        if log:
+            log("[rwkv_quant_seeds] percentiles chosen on validation: "
+                + ", ".join(f"{m} {b}-bit {p:g}" for (m, b), p in sorted(chosen.items())))
+        select = lambda cell: first(cell) or (wanted(cell) and  # noqa: E731
+                                              (c := _candidate(cell.spec)) is not None and chosen.get(c[0], c[1]) == c[1])
+    sweep, reports = run(select)
+    kept, _ = percentile_choices(reports)  # the candidates not chosen need no KL; the table still lists them
+    ids = {id(r) for r in kept}
+    fidelity_of_cells(sweep_dir, [c["key"] for c, r in zip(sweep["cells"], reports) if id(r) in ids], kept, log=log)
+    return seed_table(reports), sweep["run"], decision_costs(kept)
 
 
 def _kl(row: dict) -> str:
@@ -469,6 +544,7 @@ def markdown(results: list[dict]) -> str:
                          f"| {_pm(r['dppl_stats'], '+')} | {', '.join(f'{d:+.4f}' for d in r['dppl'])} "
                          f"| {_kl(r)} | {layers} | {r['seconds']:.0f} |")
         lines.append("")
+        lines += _choice_lines(res)
         if res.get("decisions"):
             lines += ["Where RWKVQuant departs from GPTQ (per-layer reports of the cells):", "",
                       *_decision_lines(res["decisions"]), ""]
@@ -493,7 +569,24 @@ def markdown(results: list[dict]) -> str:
 
 
 def _label(row: dict) -> str:
-    return row["method"] + (f" (VQ normalised per {row['vq_scale_block']})" if row.get("vq_scale_block") else "")
+    notes = [f"VQ normalised per {row['vq_scale_block']}"] if row.get("vq_scale_block") else []
+    if row.get("percentile_choice"):
+        notes.append(f"percentile {row['percentile_choice']['chosen']:g}, chosen on validation")
+    return row["method"] + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def _choice_lines(res: dict) -> list[str]:
+    rows = [r for r in res["rows"] if r.get("percentile_choice")]
+    if not rows:
+        return []
+    lines = [f"RWKVQuant's threshold percentile, chosen by validation perplexity at calibration seed {CHOICE_SEED} "
+             "(the evaluation perplexity of each candidate is shown, not used):", ""]
+    for r in rows:
+        c = r["percentile_choice"]
+        cands = "; ".join(f"{q['percentile']:g} ({q['n_sq']}/{q['n_vq']} SQ/VQ): validation {q['val_ppl']:.4f}, "
+                          f"evaluation {q['ppl']:.4f}" for q in c["candidates"])
+        lines.append(f"- {r['bits']}-bit: {cands} -> **{c['chosen']:g}**")
+    return [*lines, ""]
 
 
 def _parity_lines(res: dict) -> list[str]:

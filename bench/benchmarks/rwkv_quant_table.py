@@ -5,8 +5,8 @@
         [--sweep-dir DIR] [--quick | --recipe PATH]
 
 The cells are an ``edgesmith sweep`` (``bench/recipes/sweeps/rwkv-quant-table.toml``; ``--quick``: its
-test-size twin; ``--recipe``: another of the same shape, e.g. ``rwkv-quant-table-large-vqnorm.toml`` for the
-large pair with GPTVQ's blockwise normalisation), run in parallel or on Ray, cached per cell and resumed: each is one host-cpu deploy of one
+test-size twin; ``--recipe``: a user's recipe of the same shape, e.g. with ``model_options.size = "large"``
+or ``vq_scale_block``), run in parallel or on Ray, cached per cell and resumed: each is one host-cpu deploy of one
 quantizer at one bit width and one treatment of the token-shift multiplication vectors (``quantize_vectors``:
 3-bit codebooks, plain k-means for the baselines and the importance-weighted codebook for RWKVQuant, or kept
 fp), scored on the step graph in onnxruntime on the evaluation split and on the validation split (stdlib
@@ -44,6 +44,12 @@ def paired_vs(nll: np.ndarray, ref: np.ndarray) -> dict:
     """Mean per-window NLL difference to a reference method and its standard error (nats per byte)."""
     d = np.asarray(nll) - np.asarray(ref)
     return {"dnll": float(d.mean()), "se": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")}
+
+
+def choose_percentile(candidates: list[dict]) -> dict:
+    """The candidate (a dict with ``percentile`` and ``val_ppl``) with the lowest validation perplexity; a tie
+    goes to more SQ (the higher percentile). Evaluation scores are never looked at."""
+    return min(candidates, key=lambda q: (q["val_ppl"], -q["percentile"]))
 
 
 def _cell_rows(report: dict) -> tuple[dict, dict]:
@@ -99,8 +105,8 @@ def table_from_reports(reports: list[dict]) -> list[dict]:
                 continue
             default = [q for q in qs if q["percentile"] == DEFAULT_PERCENTILE]
             rows += default
-            if len(qs) > 1:  # a tie goes to more SQ (the higher percentile)
-                best = min(qs, key=lambda q: (q["val_ppl"], -q["percentile"]))
+            if len(qs) > 1:
+                best = choose_percentile(qs)
                 rows.append({**best, "method": TUNED,
                              "validation": [{"percentile": q["percentile"], "val_ppl": q["val_ppl"], "n_vq": q["n_vq"]}
                                             for q in sorted(qs, key=lambda q: q["percentile"])]})
@@ -206,7 +212,7 @@ def main(argv=None) -> int:
     ap.add_argument("--vectors", nargs="+", choices=sorted(VECTORS), default=None)
     ap.add_argument("--quick", action="store_true", help="the test-size recipe (rwkv7-ref, two windows; a minute)")
     ap.add_argument("--recipe", type=Path, default=None,
-                    help="another recipe of the same shape (e.g. rwkv-quant-table-large-vqnorm.toml)")
+                    help="a recipe of the same shape instead of rwkv-quant-table.toml")
     ap.add_argument("--workers", type=int, default=None, help="sweep cells at a time (default: one per core)")
     ap.add_argument("--ray", default=None, help="run the cells on Ray: auto, an address, or local")
     ap.add_argument("--sweep-dir", type=Path, default=None,

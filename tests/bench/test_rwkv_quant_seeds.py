@@ -8,13 +8,16 @@ from scipy import stats
 from edgesmith.common import EdgesmithError
 
 
-def _report(model, method, seed, ppl, bits=3):
+def _report(model, method, seed, ppl, bits=3, percentile=90.0, val_ppl=None):
     """A deploy report cut to what the table reads: one variant, fp32 or quantized."""
     name = "fp32" if method == "fp32" else f"{method}-{bits}bit"
     res = {"variant": name, "runtime": "onnxruntime", "size_bytes": 400,
            "evaluation": {"value": ppl, "n_samples": 512}}
+    if val_ppl is not None:
+        res["evaluation"]["extra"] = {"validation_perplexity": val_ppl}
     var = {"name": name, "pass_reports": [] if method == "fp32" else [{
-        "config": {"kind": method if method == "rwkvquant" else f"rwkv-{method}", "bits": bits, "sq_percentile": 90.0},
+        "config": {"kind": method if method == "rwkvquant" else f"rwkv-{method}", "bits": bits,
+                   "sq_percentile": percentile},
         "bits_per_weight": bits + 0.3, "seconds": 2.0, "size_after_bytes": 100,
         "extra": {"n_sq": 11, "n_vq": 1}}]}
     return {"model": model, "seed": seed, "results": [res], "variants": [var]}
@@ -352,3 +355,109 @@ def test_the_table_splits_each_increase_and_pairs_rwkvquants_even_part_by_seed()
     assert "even part of the increase: RWKVQuant's / best baseline's (gptq) = 0.58" in md
     assert "| gptq | 3 | +0.0100 ± " in md and "| odd part |" in md
     assert len(plot([res]).axes) == 2  # perplexity and the even part (no KL in these reports)
+
+
+def _candidates(val=(5.6, 5.5, 5.7), ppl=(5.01, 5.09, 5.02), chosen_seeds=(5.07, 5.08)):
+    """RWKVQuant at percentiles 50/75/90 on seed 0 (validation and evaluation perplexities), and on seeds 1, 2
+    at 75, the percentile the validation scores pick."""
+    out = [_report("m", "fp32", 0, 5.0), _report("m", "rtn", 0, 5.3)]
+    out += [_report("m", "gptq", s, p) for s, p in enumerate((5.10, 5.12, 5.08))]
+    out += [_report("m", "rwkvquant", 0, e, percentile=pct, val_ppl=v) for pct, v, e in zip((50.0, 75.0, 90.0), val, ppl)]
+    out += [_report("m", "rwkvquant", s, e, percentile=75.0, val_ppl=5.5) for s, e in zip((1, 2), chosen_seeds)]
+    return out
+
+
+def test_rwkvquant_percentile_is_chosen_on_validation_at_seed_0_and_stands_on_every_seed():
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import markdown, percentile_choices, seed_table
+
+    # 75 has the best validation perplexity and the worst evaluation one at seed 0: it must still be chosen
+    kept, choices = percentile_choices(_candidates())
+    assert choices[("m", 3)]["chosen"] == 75.0 and len(kept) == len(_candidates()) - 2
+    assert [c["percentile"] for c in choices[("m", 3)]["candidates"]] == [50.0, 75.0, 90.0]
+    (res,) = seed_table(_candidates())
+    (rq,) = [r for r in res["rows"] if r["method"] == "rwkvquant"]
+    assert rq["seeds"] == [0, 1, 2] and rq["ppl"] == [5.09, 5.07, 5.08]
+    (goal,) = res["goals"]
+    assert goal["per_seed"] == pytest.approx([0.09 / 0.10, 0.07 / 0.12, 0.08 / 0.08])
+    md = markdown([res])
+    assert "| rwkvquant (percentile 75, chosen on validation) | 3 |" in md
+    assert "75 (11/1 SQ/VQ): validation 5.5000, evaluation 5.0900" in md and "-> **75**" in md
+    # a tie on validation goes to more SQ
+    assert percentile_choices(_candidates(val=(5.5, 5.5, 5.5)))[1][("m", 3)]["chosen"] == 90.0
+
+
+def test_percentile_choice_needs_validation_scores_and_every_candidate_at_seed_0():
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import percentile_choices
+
+    no_val = _candidates()
+    no_val[5]["results"][0]["evaluation"].pop("extra")
+    with pytest.raises(EdgesmithError, match="no validation perplexity") as e:
+        percentile_choices(no_val)
+    assert "validation = true" in e.value.fix
+    with pytest.raises(EdgesmithError, match=r"percentile\(s\) \[100.0\] have no seed-0 cell"):
+        percentile_choices(_candidates() + [_report("m", "rwkvquant", 1, 5.0, percentile=100.0, val_ppl=5.0)])
+    # one percentile only: nothing to choose, the table is the fixed-percentile one
+    assert percentile_choices(_reports())[1] == {}
+
+
+def test_run_seeds_runs_the_candidates_on_seed_0_then_only_the_chosen_one_on_every_seed(tmp_path, monkeypatch):
+    import edgesmith.bench.benchmarks.rwkv_quant_seeds as seeds
+    import edgesmith.bench.sweep as sweep
+
+    recipe = seeds.RECIPE.with_name("rwkv-quant-seeds-vqnorm-val.toml")
+    _, cells = sweep.load_sweep(recipe)
+    val = {50.0: 5.6, 75.0: 5.5, 90.0: 5.7, 100.0: 5.8}  # 75 wins for every model and bit width
+
+    def fake_report(spec):
+        c = seeds._candidate(spec)
+        method = spec["plan"]["variants"][0].split("-")[0]
+        return _report(spec["model"], method, spec["seed"], 5.0 if method == "fp32" else 5.1,
+                       bits=spec.get("options", {}).get("bits", [3])[0], percentile=c[1] if c else 90.0,
+                       val_ppl=val[c[1]] if c else 5.5)
+
+    reports = {c.key: fake_report(c.spec) for c in cells}
+    runs = []
+
+    def fake_run_sweep(recipe_, out, *, select=None, **kw):
+        chosen = [c for c in cells if select is None or select(c)]
+        runs.append(chosen)
+        return {"cells": [{"key": c.key} for c in chosen], "run": {"failed": 0, "ran": len(chosen)}}
+
+    monkeypatch.setattr(sweep, "run_sweep", fake_run_sweep)
+    monkeypatch.setattr(sweep, "cell_report", lambda out, key: reports[key])
+    monkeypatch.setattr(seeds, "fidelity_of_cells", lambda *a, **k: runs.append(a[1]))
+    results, run, _ = seeds.run_seeds(recipe, tmp_path, log=None)
+    first, second, fidelity = runs
+    assert len(cells) == 78 and len(first) == 46 and len(second) == 54
+    assert {(seeds._candidate(c.spec)[1], c.spec["seed"]) for c in second if seeds._candidate(c.spec)} == {
+        (p, 0) for p in val} | {(75.0, 1), (75.0, 2)}
+    assert len(fidelity) == 54 - 2 * 2 * 3  # the candidates not chosen are not scored for KL
+    for res in results:
+        rows = [r for r in res["rows"] if r["method"] == "rwkvquant"]
+        assert [r["percentile_choice"]["chosen"] for r in rows] == [75.0, 75.0] and rows[0]["seeds"] == [0, 1, 2]
+    # a model subset keeps the other model's cells out of both stages
+    runs.clear()
+    seeds.run_seeds(recipe, tmp_path, models=["rwkv7-ref"], log=None)
+    assert {c.spec["model"] for c in runs[0] + runs[1]} == {"rwkv7-ref"} and len(runs[1]) == 27
+
+
+def test_validation_recipe_is_the_vqnorm_recipe_with_validation_scores_and_rwkvquant_candidates():
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import RECIPE, _candidate
+    from edgesmith.bench.sweep import load_sweep
+
+    _, norm = load_sweep(RECIPE.with_name("rwkv-quant-seeds-vqnorm.toml"))
+    _, val = load_sweep(RECIPE.with_name("rwkv-quant-seeds-vqnorm-val.toml"))
+
+    def plain(spec):  # the spec less what the validation recipe changes on purpose
+        opts = {k: v for k, v in spec.get("options", {}).items() if k != "sq_percentile"}
+        return {**spec, "options": opts, "model_options": {"size": "large"}}
+
+    assert all(c.spec["model_options"] == {"size": "large", "validation": True} for c in val)
+    others = [plain(c.spec) for c in val if _candidate(c.spec) is None]
+    assert others == [c.spec for c in norm if _candidate(c.spec) is None]
+    per: dict = {}
+    for c in val:
+        if (got := _candidate(c.spec)) is not None:
+            per.setdefault((got[0], c.spec["seed"]), []).append(got[1])
+    assert set(per) == {((m, b), s) for m in ("rwkv6-ref", "rwkv7-ref") for b in (3, 4) for s in (0, 1, 2)}
+    assert all(sorted(p) == [50.0, 75.0, 90.0, 100.0] for p in per.values())
