@@ -2,6 +2,9 @@
 
     python -m edgesmith.bench.benchmarks.rwkv_quant_seeds [--workers N] [--models rwkv7-ref] \
         [--out-dir bench/results/rwkv_quant_seeds] [--sweep-dir DIR]
+    python -m edgesmith.bench.benchmarks.rwkv_quant_seeds --recipe R --join DIR_V6 DIR_V7 --out-dir OUT
+
+(the second makes one table of sweep folders the first already ran, one per model, say, each with ``--models``)
 
 The cells are an ``edgesmith sweep`` (``bench/recipes/sweeps/rwkv-quant-seeds.toml``): the 6-layer x 512
 reference models (``model_options.size = "large"``; train them first, see ``models/rwkv/train.py``), each
@@ -220,13 +223,13 @@ def nll_parity(reference, quantized, windows: np.ndarray, base_nll: float | None
     return _parity(base, token_nll(quantized, windows), token_nll(mirrored(reference, quantized), windows))
 
 
-def fidelity_of_cells(sweep_dir: Path, keys: list[str], reports: list[dict], log=print) -> None:
+def fidelity_of_cells(sweep_dir: Path, keys: list[str], reports: list[dict], log=print, compute: bool = True) -> None:
     """Add ``kl_to_fp32`` (``token_kl`` of the fp32 reference and the checkpoint the cell saved) and
     ``nll_parity`` (``nll_parity`` of that checkpoint) to every quantized cell's report, both on the producer's
     evaluation windows; fp32 cells are left as they are. Each figure is kept in the cell's folder and read back
     without a model next time. What is missing is computed from one load and one pass of the checkpoint (its
     NLL and KL from the same logits) plus one of its mirror, against the reference's NLL and log-probabilities
-    computed once per model."""
+    computed once per model. ``compute=False`` reads the kept figures only: a cell without one shows "-"."""
     import json
 
     from edgesmith.common import atomic_path
@@ -244,7 +247,7 @@ def fidelity_of_cells(sweep_dir: Path, keys: list[str], reports: list[dict], log
         missing = [f for f, file in FIDELITY.items() if not (cell / file).exists()]
         for field in set(FIDELITY) - set(missing):
             report[field] = json.loads((cell / FIDELITY[field]).read_text())
-        if not missing:
+        if not missing or not compute:
             continue
         if report["model"] not in refs:
             producer = get_producer(report["model"], size="large").build()
@@ -286,11 +289,12 @@ def _candidate(spec: dict) -> tuple[tuple[str, int], float] | None:
     return (spec["model"], opts["bits"][0]), float(opts.get("sq_percentile", DEFAULT_PERCENTILE))
 
 
-def percentile_choices(reports: list[dict]) -> tuple[list[dict], dict]:
+def percentile_choices(reports: list[dict]) -> tuple[list[int], dict]:
     """Where the cells run RWKVQuant at several threshold percentiles for one model and bit width, the candidate
     with the lowest validation perplexity at ``CHOICE_SEED`` (``choose_percentile``: evaluation scores are never
     looked at) stands for RWKVQuant on every seed, and the other candidates' cells are set aside. Returns (the
-    reports the table is made of, {(model, bits): {"chosen": percentile, "candidates": [...]}})."""
+    indices in ``reports`` of the cells the table is made of, {(model, bits): {"chosen": percentile,
+    "candidates": [...]}})."""
     groups: dict = {}
     for i, report in enumerate(reports):
         q = _quant_cell(report)
@@ -314,14 +318,15 @@ def percentile_choices(reports: list[dict]) -> tuple[list[dict], dict]:
             {k: q[k] for k in ("percentile", "val_ppl", "ppl", "n_vq", "n_sq")}
             for q in sorted(at_seed, key=lambda q: q["percentile"])]}
         drop |= {i for i, q in cells if q["percentile"] != best["percentile"]}
-    return [r for i, r in enumerate(reports) if i not in drop], choices
+    return [i for i in range(len(reports)) if i not in drop], choices
 
 
 def seed_table(reports: list[dict]) -> list[dict]:
     """Per model: fp32, then per bit width every method's per-seed perplexities with mean and 95% interval of the
     increase over fp32, and the goal ratio. Each model needs exactly one fp32 cell. RWKVQuant at several
     percentiles: its row is the one ``percentile_choices`` picks on validation text, with the candidates beside it."""
-    reports, choices = percentile_choices(reports)
+    kept, choices = percentile_choices(reports)
+    reports = [reports[i] for i in kept]
     models: dict = {}
     for report in reports:
         models.setdefault(report["model"], []).append(_quant_cell(report))
@@ -502,10 +507,50 @@ def run_seeds(recipe: Path, sweep_dir: Path, *, models=None, workers: int | None
         select = lambda cell: first(cell) or (wanted(cell) and  # noqa: E731
                                               (c := _candidate(cell.spec)) is not None and chosen.get(c[0], c[1]) == c[1])
     sweep, reports = run(select)
-    kept, _ = percentile_choices(reports)  # the candidates not chosen need no KL; the table still lists them
-    ids = {id(r) for r in kept}
-    fidelity_of_cells(sweep_dir, [c["key"] for c, r in zip(sweep["cells"], reports) if id(r) in ids], kept, log=log)
-    return seed_table(reports), sweep["run"], decision_costs(kept)
+    results, costs = table_of_sweeps([(sweep_dir, [c["key"] for c in sweep["cells"]], reports)], log=log)
+    return results, sweep["run"], costs
+
+
+def finished_sweep(sweep_dir: Path) -> tuple[list[str], list[dict]]:
+    """The cell keys and deploy reports of the sweep already run in ``sweep_dir`` (its ``sweep.json``)."""
+    import json
+
+    from edgesmith.bench.sweep import cell_report, require_done
+
+    path = Path(sweep_dir) / "sweep.json"
+    if not path.is_file():
+        raise EdgesmithError(f"{sweep_dir} holds no sweep report (sweep.json).",
+                             "name a folder that a run of this script (--sweep-dir) wrote.")
+    keys = [c["key"] for c in require_done(json.loads(path.read_text()), sweep_dir)["cells"]]
+    return keys, [cell_report(sweep_dir, k) for k in keys]
+
+
+def table_of_sweeps(parts: list[tuple[Path, list[str], list[dict]]], *, compute: bool = True,
+                    log=print) -> tuple[list[dict], dict]:
+    """The seed table and ``decision_costs`` of the cells of one or more sweeps, each part (sweep folder, cell
+    keys, reports): two models run in two folders at once, say. The fidelity figures are added to the kept cells
+    (``fidelity_of_cells``; the candidate percentiles not chosen need none, the table still lists them)."""
+    reports = [r for _, _, rs in parts for r in rs]
+    kept = set(percentile_choices(reports)[0])
+    start = 0
+    for folder, keys, rs in parts:
+        mine = [i - start for i in range(start, start + len(rs)) if i in kept]
+        fidelity_of_cells(folder, [keys[i] for i in mine], [rs[i] for i in mine], log=log, compute=compute)
+        start += len(rs)
+    return seed_table(reports), decision_costs([reports[i] for i in sorted(kept)])
+
+
+def write_tables(out_dir: Path, results: list[dict], costs: dict, payload: dict) -> str:
+    """Adds each model's decision costs, weight kurtosis and weight facts to ``results``; writes the table,
+    results and plot to ``out_dir`` (``payload`` says where they came from); returns the Markdown."""
+    for res in results:
+        res["decisions"] = costs.get(res["model"], [])
+        res["kurtosis"] = weight_kurtosis(res["model"])
+        res["weights"] = weight_facts(res["model"])
+    md = markdown(results)
+    write_outputs(out_dir, "_".join(r["model"] for r in results), {**payload, "models": results}, md, plot(results),
+                  "dppl_vs_bpw")
+    return md
 
 
 def _kl(row: dict) -> str:
@@ -629,7 +674,11 @@ def plot(results: list[dict]):
                                 yerr=[r[key]["ci95"] * scale for r in rs], marker="o", capsize=3, color=f"C{i}",
                                 label=method)
             ax.set_title(f"{res['model']} large"), ax.set_xlabel("bits per weight (block linears)")
-            ax.set_ylabel(f"{label} (95% CI over seeds)"), ax.legend(fontsize=8)
+            ax.set_ylabel(f"{label} (95% CI over seeds)")
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=8)
+            else:  # a model whose cells have no such figure (a joined folder never scored for KL)
+                ax.text(0.5, 0.5, "not computed", ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
     return fig
 
@@ -642,19 +691,20 @@ def main(argv=None) -> int:
     ap.add_argument("--ray", default=None, help="run the cells on Ray: auto, an address, or local")
     ap.add_argument("--sweep-dir", type=Path, default=Path("runs/sweeps/rwkv-quant-seeds"))
     ap.add_argument("--out-dir", type=Path, default=Path("bench/results/rwkv_quant_seeds"))
+    ap.add_argument("--join", type=Path, nargs="+", metavar="SWEEP_DIR", default=None,
+                    help="make the table of sweep folders this script already ran (say one per model, each with "
+                         "--models) instead of running one; reads the kept KL / parity figures, computes none")
     a = ap.parse_args(argv)
     try:
-        results, run, costs = run_seeds(a.recipe, a.sweep_dir, models=a.models, workers=a.workers, ray=a.ray)
-        for res in results:
-            res["decisions"] = costs.get(res["model"], [])
-            res["kurtosis"] = weight_kurtosis(res["model"])
-            res["weights"] = weight_facts(res["model"])
+        if a.join:
+            results, costs = table_of_sweeps([(d, *finished_sweep(d)) for d in a.join], compute=False, log=None)
+            payload = {"recipe": str(a.recipe), "sweep_dirs": [str(d) for d in a.join]}
+        else:
+            results, run, costs = run_seeds(a.recipe, a.sweep_dir, models=a.models, workers=a.workers, ray=a.ray)
+            payload = {"recipe": str(a.recipe), "sweep_dir": str(a.sweep_dir), "sweep_run": run}
+        md = write_tables(a.out_dir, results, costs, payload)
     except EdgesmithError as e:
         raise SystemExit(str(e)) from None
-    md = markdown(results)
-    write_outputs(a.out_dir, "_".join(r["model"] for r in results),
-                  {"recipe": str(a.recipe), "sweep_dir": str(a.sweep_dir), "sweep_run": run, "models": results}, md,
-                  plot(results), "dppl_vs_bpw")
     print(md)
     return 0
 

@@ -461,3 +461,36 @@ def test_validation_recipe_is_the_vqnorm_recipe_with_validation_scores_and_rwkvq
             per.setdefault((got[0], c.spec["seed"]), []).append(got[1])
     assert set(per) == {((m, b), s) for m in ("rwkv6-ref", "rwkv7-ref") for b in (3, 4) for s in (0, 1, 2)}
     assert all(sorted(p) == [50.0, 75.0, 90.0, 100.0] for p in per.values())
+
+
+def test_join_makes_one_table_of_two_models_sweep_folders_from_their_kept_figures_only(tmp_path, monkeypatch):
+    import json
+
+    import edgesmith.bench.benchmarks.rwkv_quant_seeds as seeds
+
+    # the percentile is chosen across both folders' cells; no checkpoint is ever loaded (they are empty files)
+    monkeypatch.setattr(seeds, "weight_kurtosis", lambda model: {"median": 0.0, "min": 0.0, "max": 0.0, "by_matrix": {}})
+    monkeypatch.setattr(seeds, "weight_facts", lambda model: None)
+    for model in ("a", "b"):
+        reports = [{**r, "model": model} for r in _candidates()]
+        for k, r in enumerate(reports):
+            cell = tmp_path / model / "cells" / f"k{k}"
+            (cell / "deploy").mkdir(parents=True)
+            (cell / "deploy" / "report.json").write_text(json.dumps(r))
+            if r["variants"][0]["pass_reports"]:
+                ckpt = cell / "deploy" / "artifacts" / r["variants"][0]["name"]
+                ckpt.mkdir(parents=True)
+                (ckpt / "model.quantized.pth").write_bytes(b"")
+                if model == "a":  # b's cells were never scored: its table shows no KL
+                    (cell / seeds.KL_FILE).write_text(json.dumps({"kl_nats_per_byte": 0.001 * (k + 1)}))
+        (tmp_path / model / "sweep.json").write_text(json.dumps(
+            {"run": {"failed": 0}, "cells": [{"key": f"k{k}"} for k in range(len(reports))]}))
+    assert seeds.main(["--join", str(tmp_path / "a"), str(tmp_path / "b"), "--out-dir", str(tmp_path / "out")]) == 0
+    payload = json.loads((tmp_path / "out" / "results_a_b.json").read_text())
+    assert payload["sweep_dirs"] == [str(tmp_path / "a"), str(tmp_path / "b")]
+    a, b = payload["models"]
+    (rq_a,) = [r for r in a["rows"] if r["method"] == "rwkvquant"]
+    assert rq_a["percentile_choice"]["chosen"] == 75.0 and rq_a["seeds"] == [0, 1, 2]
+    assert "kl_stats" in rq_a and not any("kl_stats" in r for r in b["rows"])
+    with pytest.raises(SystemExit, match="holds no sweep report"):
+        seeds.main(["--join", str(tmp_path / "out"), "--out-dir", str(tmp_path / "out2")])
