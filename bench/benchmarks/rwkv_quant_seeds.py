@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 
 from edgesmith.bench.sweep import RECIPES
-from edgesmith.bench.benchmarks.rwkv_quant_table import DEFAULT_PERCENTILE, choose_percentile, write_outputs
+from edgesmith.bench.benchmarks.rwkv_quant_table import DEFAULT_PERCENTILE, choose_percentile, vq_note, write_outputs
 from edgesmith.common import EdgesmithError
 
 RECIPE = RECIPES / "rwkv-quant-seeds.toml"
@@ -614,7 +614,7 @@ def markdown(results: list[dict]) -> str:
 
 
 def _label(row: dict) -> str:
-    notes = [f"VQ normalised per {row['vq_scale_block']}"] if row.get("vq_scale_block") else []
+    notes = [vq_note(row)] if vq_note(row) else []
     if row.get("percentile_choice"):
         notes.append(f"percentile {row['percentile_choice']['chosen']:g}, chosen on validation")
     return row["method"] + (f" ({'; '.join(notes)})" if notes else "")

@@ -154,12 +154,20 @@ def markdown(results: list[dict]) -> str:
             vp = f"{r['val_ppl']:.4f}" if "val_ppl" in r else "-"
             vs = r.get("vs_gptq")
             paired = f"{1e3 * vs['dnll']:+.2f} ± {1e3 * vs['se']:.2f}" if vs else "-"
-            norm = f" (VQ norm. {r['vq_scale_block']})" if r.get("vq_scale_block") and r.get("n_vq") else ""
+            norm = f" ({vq_note(r)})" if vq_note(r) else ""
             lines.append(f"| {r['method']}{norm} | {r.get('vectors', '-')} | {r['bits']} | {r['bpw']:.3f} | {vp} "
                          f"| {r['ppl']:.4f} | {r['ppl'] - fp:+.4f} | {paired} | {layers} | {pct} "
                          f"| {r['size_bytes'] / 1e3:.0f} kB |")
         lines.append("")
     return "\n".join(lines)
+
+
+def vq_note(row: dict) -> str:
+    """A row's label note when its VQ layers are normalised per block ("VQ normalised per 32"); "" where it has
+    no VQ layer (on any seed: ``n_vq`` may be a list) or they are not normalised."""
+    n_vq = row.get("n_vq")
+    has_vq = any(n_vq) if isinstance(n_vq, list) else bool(n_vq)
+    return f"VQ normalised per {row['vq_scale_block']}" if row.get("vq_scale_block") and has_vq else ""
 
 
 def model_axes(n: int):

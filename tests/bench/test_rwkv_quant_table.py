@@ -72,7 +72,7 @@ def test_quant_table_refuses_cells_whose_fp32_scores_disagree():
 
 
 def test_quant_table_takes_one_recipe_and_names_normalised_vq_in_its_rows(capsys):
-    from edgesmith.bench.benchmarks.rwkv_quant_table import main, markdown, table_from_reports
+    from edgesmith.bench.benchmarks.rwkv_quant_table import main, markdown, table_from_reports, vq_note
 
     with pytest.raises(SystemExit) as e:
         main(["--quick", "--recipe", "other.toml"])
@@ -83,4 +83,6 @@ def test_quant_table_takes_one_recipe_and_names_normalised_vq_in_its_rows(capsys
     sq["variants"][1]["pass_reports"][0]["config"]["vq_scale_block"] = 32
     sq["variants"][1]["pass_reports"][0]["extra"]["n_vq"] = 0
     md = markdown(table_from_reports([vq, sq]))
-    assert "| gptvq (VQ norm. 32) |" in md and "| gptq | quantized |" in md
+    assert "| gptvq (VQ normalised per 32) |" in md and "| gptq | quantized |" in md
+    # the seeds table's rows carry one VQ-layer count per seed: a note where any seed has a VQ layer
+    assert vq_note({"vq_scale_block": 32, "n_vq": [0, 0]}) == "" and vq_note({"vq_scale_block": 32, "n_vq": [0, 2]})
