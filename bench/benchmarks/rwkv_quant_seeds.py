@@ -689,12 +689,16 @@ def main(argv=None) -> int:
     ap.add_argument("--models", nargs="+", default=None, help="a subset of the recipe's models")
     ap.add_argument("--workers", type=int, default=None, help="sweep cells at a time (default: one per core)")
     ap.add_argument("--ray", default=None, help="run the cells on Ray: auto, an address, or local")
-    ap.add_argument("--sweep-dir", type=Path, default=Path("runs/sweeps/rwkv-quant-seeds"))
+    ap.add_argument("--sweep-dir", type=Path, default=None, help="default: runs/sweeps/rwkv-quant-seeds")
     ap.add_argument("--out-dir", type=Path, default=Path("bench/results/rwkv_quant_seeds"))
     ap.add_argument("--join", type=Path, nargs="+", metavar="SWEEP_DIR", default=None,
                     help="make the table of sweep folders this script already ran (say one per model, each with "
                          "--models) instead of running one; reads the kept KL / parity figures, computes none")
     a = ap.parse_args(argv)
+    if a.join and (a.models or a.workers is not None or a.ray or a.sweep_dir):
+        ap.error("--join makes the table of sweep folders already run; --models, --workers, --ray and --sweep-dir "
+                 "are for a run: give one or the other")
+    a.sweep_dir = a.sweep_dir or Path("runs/sweeps/rwkv-quant-seeds")
     try:
         if a.join:
             results, costs = table_of_sweeps([(d, *finished_sweep(d)) for d in a.join], compute=False, log=None)

@@ -494,3 +494,7 @@ def test_join_makes_one_table_of_two_models_sweep_folders_from_their_kept_figure
     assert "kl_stats" in rq_a and not any("kl_stats" in r for r in b["rows"])
     with pytest.raises(SystemExit, match="holds no sweep report"):
         seeds.main(["--join", str(tmp_path / "out"), "--out-dir", str(tmp_path / "out2")])
+    # a run's options beside --join would be ignored: refused instead
+    with pytest.raises(SystemExit) as e:
+        seeds.main(["--join", str(tmp_path / "a"), "--models", "a"])
+    assert e.value.code == 2
