@@ -44,6 +44,12 @@ evaluation device, not a quantized model) splits the measured increase exactly i
 (NLL(w+D) + NLL(w-D))/2 - NLL(w), the cost of the error's size, and its odd part (NLL(w+D) - NLL(w-D))/2, which
 flips with the error's sign. The table gives the even part as a perplexity increase beside the measured one, and
 RWKVQuant's even part over the best baseline's (by even part), paired by seed; the goal stays the measured one.
+
+How much of a ranking is the evaluation text's (``--test-windows N``): the first-order term depends on the text, so
+a ranking seen on 64 windows need not hold on others. With N > 0 every kept cell's checkpoint is also scored, in
+torch, on N windows of the evaluation split past the ones the perplexity reads (``heldout_windows``: text that no
+score or choice has read, up to 18x as much as the evaluation's), and the table repeats the increase and the goal
+on it.
 """
 from __future__ import annotations
 
@@ -91,7 +97,7 @@ def _quant_cell(report: dict) -> dict:
             "n_sq": quant["extra"]["n_sq"], "n_vq": quant["extra"]["n_vq"], "size_bytes": quant["size_after_bytes"],
             "percentile": cfg["sq_percentile"], "vq_scale_block": cfg.get("vq_scale_block", 0),
             "val_ppl": res["evaluation"].get("extra", {}).get("validation_perplexity"),
-            "kl": report.get("kl_to_fp32"), "parity": report.get("nll_parity")}
+            "kl": report.get("kl_to_fp32"), "parity": report.get("nll_parity"), "test": report.get("test_nll")}
 
 
 def _seed_pairs(rq: dict, best: dict, field: str) -> list[tuple[float, float]]:
@@ -106,10 +112,11 @@ def _no_shared_seed() -> EdgesmithError:
     return EdgesmithError("RWKVQuant and the best baseline share no calibration seed.", "run both on the same seeds.")
 
 
-def _paired_ratio(rq: dict, best: dict) -> dict:
+def _paired_ratio(rq: dict, best: dict, field: str = "dppl") -> dict:
     """RWKVQuant's Δppl against the best baseline's, per seed (a seedless baseline pairs with every seed): the
-    difference always, the ratio (the goal's measure) only when the baseline loses perplexity on every seed."""
-    pairs = _seed_pairs(rq, best, "dppl")
+    difference always, the ratio (the goal's measure) only when the baseline loses perplexity on every seed.
+    ``field`` "test_dppl": the same on the held-out test text."""
+    pairs = _seed_pairs(rq, best, field)
     if not pairs:
         raise _no_shared_seed()
     out = {"baseline": best["method"], "diff": interval([d - b for d, b in pairs])}
@@ -223,20 +230,39 @@ def nll_parity(reference, quantized, windows: np.ndarray, base_nll: float | None
     return _parity(base, token_nll(quantized, windows), token_nll(mirrored(reference, quantized), windows))
 
 
-def fidelity_of_cells(sweep_dir: Path, keys: list[str], reports: list[dict], log=print, compute: bool = True) -> None:
+def test_file(n_windows: int) -> str:
+    """The file a cell keeps its NLL on ``n_windows`` windows of fresh test text in (``fidelity_of_cells``)."""
+    return f"test_nll_{n_windows}.json"
+
+
+def fidelity_of_cells(sweep_dir: Path, keys: list[str], reports: list[dict], log=print, test_windows: int = 0) -> None:
     """Add ``kl_to_fp32`` (``token_kl`` of the fp32 reference and the checkpoint the cell saved) and
     ``nll_parity`` (``nll_parity`` of that checkpoint) to every quantized cell's report, both on the producer's
-    evaluation windows; fp32 cells are left as they are. Each figure is kept in the cell's folder and read back
-    without a model next time. What is missing is computed from one load and one pass of the checkpoint (its
-    NLL and KL from the same logits) plus one of its mirror, against the reference's NLL and log-probabilities
-    computed once per model. ``compute=False`` reads the kept figures only: a cell without one shows "-"."""
+    evaluation windows; fp32 cells are left as they are. With ``test_windows`` N > 0, also ``test_nll``: the
+    checkpoint's and the reference's mean NLL on N windows of the evaluation split that no score or choice has
+    read (``heldout_windows``), a larger test of the evaluation's ranking. Each figure is kept in the cell's
+    folder and read back without a model next time. What is missing is computed from one load of the checkpoint
+    (its evaluation NLL and KL from the same logits, one pass of its mirror, one over the test text), against the
+    reference's figures computed once per model."""
+    import functools
     import json
 
     from edgesmith.common import atomic_path
     from edgesmith.compress.rwkvquant import load_quantized
     from edgesmith.models import get_producer
 
+    files = {**FIDELITY, **({"test_nll": test_file(test_windows)} if test_windows else {})}
     refs: dict = {}
+
+    def reference(model):  # the reference's figures, each computed at most once and only when a cell needs it
+        if model not in refs:
+            producer = get_producer(model, size="large").build()
+            ref, windows = producer.module_.eval(), producer.eval_windows()
+            test = functools.cache(lambda: producer.heldout_windows(test_windows))
+            refs[model] = (ref, windows, functools.cache(lambda: reference_scores(ref, windows)), test,
+                           functools.cache(lambda: token_nll(ref, test())))
+        return refs[model]
+
     for key, report in zip(keys, reports):
         cell = Path(sweep_dir) / "cells" / key
         found = sorted((cell / "deploy" / "artifacts").glob("*/model.quantized.pth"))
@@ -244,23 +270,22 @@ def fidelity_of_cells(sweep_dir: Path, keys: list[str], reports: list[dict], log
             continue
         if len(found) > 1:
             raise EdgesmithError(f"cell {key} holds {len(found)} quantized checkpoints.", "run one variant per cell.")
-        missing = [f for f, file in FIDELITY.items() if not (cell / file).exists()]
-        for field in set(FIDELITY) - set(missing):
-            report[field] = json.loads((cell / FIDELITY[field]).read_text())
-        if not missing or not compute:
+        missing = [f for f, file in files.items() if not (cell / file).exists()]
+        for field in set(files) - set(missing):
+            report[field] = json.loads((cell / files[field]).read_text())
+        if not missing:
             continue
-        if report["model"] not in refs:
-            producer = get_producer(report["model"], size="large").build()
-            ref, windows = producer.module_.eval(), producer.eval_windows()
-            refs[report["model"]] = (ref, windows, reference_scores(ref, windows))
-        ref, windows, base = refs[report["model"]]
+        ref, windows, base, test, test_base = reference(report["model"])
         q = load_quantized(found[0]).eval()
-        scores = model_scores(q, windows, base["logprobs"] if "kl_to_fp32" in missing else None)
-        figures = {"kl_to_fp32": lambda: {"kl_nats_per_byte": scores["kl"]},
-                   "nll_parity": lambda: _parity(base["nll"], scores["nll"], token_nll(mirrored(ref, q), windows))}
+        scores = functools.cache(lambda: model_scores(q, windows, base()["logprobs"] if "kl_to_fp32" in missing else None))
+        figures = {"kl_to_fp32": lambda: {"kl_nats_per_byte": scores()["kl"], "windows": list(windows.shape)},
+                   "nll_parity": lambda: {**_parity(base()["nll"], scores()["nll"], token_nll(mirrored(ref, q), windows)),
+                                          "windows": list(windows.shape)},
+                   "test_nll": lambda: {"nll_fp32": test_base(), "nll_quantized": token_nll(q, test()),
+                                        "windows": list(test().shape), "after_evaluation_windows": len(windows)}}
         for field in missing:
-            report[field] = {**figures[field](), "windows": list(windows.shape), "checkpoint": found[0].name}
-            with atomic_path(cell / FIDELITY[field], force=True) as tmp:
+            report[field] = {**figures[field](), "checkpoint": found[0].name}
+            with atomic_path(cell / files[field], force=True) as tmp:
                 tmp.write_text(json.dumps(report[field]))
         if log:
             log(f"[fidelity] {report['model']} seed {report['seed']} {found[0].parent.name}: "
@@ -363,6 +388,10 @@ def seed_table(reports: list[dict]) -> list[dict]:
                     row.update(kl=[c["kl"] for c in cs], kl_stats=interval([c["kl"] for c in cs]))
                 if all(c["parity"] is not None for c in cs):
                     row.update(_parity_columns([c["parity"] for c in cs]))
+                if all(c["test"] is not None for c in cs):
+                    test = [math.exp(c["test"]["nll_quantized"]) - math.exp(c["test"]["nll_fp32"]) for c in cs]
+                    row.update(test_dppl=test, test_dppl_stats=interval(test), test_windows=cs[0]["test"]["windows"],
+                               test_fp32_ppl=math.exp(cs[0]["test"]["nll_fp32"]))
                 rows.append(row)
                 by_method[method] = row
             base = [by_method[m] for m in BASELINES if m in by_method]
@@ -374,6 +403,9 @@ def seed_table(reports: list[dict]) -> list[dict]:
                 if all("even" in r for r in (*base, by_method["rwkvquant"])):
                     goal["even"] = _field_ratio(by_method["rwkvquant"],
                                                 min(base, key=lambda r: r["even_stats"]["mean"]), "even")
+                if all("test_dppl" in r for r in (*base, by_method["rwkvquant"])):
+                    goal["test"] = _paired_ratio(by_method["rwkvquant"],
+                                                 min(base, key=lambda r: r["test_dppl_stats"]["mean"]), "test_dppl")
                 goals.append(goal)
         results.append({"model": name, "fp32_ppl": fp, "eval_tokens": fps[0]["n_tokens"],
                         "fp32_size_bytes": fps[0]["size_bytes"], "rows": rows, "goals": goals})
@@ -479,8 +511,9 @@ def weight_facts(model: str, size: str = "large") -> dict | None:
 
 
 def run_seeds(recipe: Path, sweep_dir: Path, *, models=None, workers: int | None = None, ray: str | None = None,
-              log=print) -> tuple[list[dict], dict, dict]:
-    """Run (or resume) the sweep; returns the seed table, the sweep's run facts and ``decision_costs``."""
+              test_windows: int = 0, log=print) -> tuple[list[dict], dict, dict]:
+    """Run (or resume) the sweep; returns the seed table, the sweep's run facts and ``decision_costs``.
+    ``test_windows``: see ``fidelity_of_cells``."""
     from edgesmith.bench.sweep import cell_report, load_sweep, require_done, run_sweep
 
     def run(select):
@@ -507,7 +540,8 @@ def run_seeds(recipe: Path, sweep_dir: Path, *, models=None, workers: int | None
         select = lambda cell: first(cell) or (wanted(cell) and  # noqa: E731
                                               (c := _candidate(cell.spec)) is not None and chosen.get(c[0], c[1]) == c[1])
     sweep, reports = run(select)
-    results, costs = table_of_sweeps([(sweep_dir, [c["key"] for c in sweep["cells"]], reports)], log=log)
+    results, costs = table_of_sweeps([(sweep_dir, [c["key"] for c in sweep["cells"]], reports)],
+                                     test_windows=test_windows, log=log)
     return results, sweep["run"], costs
 
 
@@ -525,17 +559,18 @@ def finished_sweep(sweep_dir: Path) -> tuple[list[str], list[dict]]:
     return keys, [cell_report(sweep_dir, k) for k in keys]
 
 
-def table_of_sweeps(parts: list[tuple[Path, list[str], list[dict]]], *, compute: bool = True,
+def table_of_sweeps(parts: list[tuple[Path, list[str], list[dict]]], *, test_windows: int = 0,
                     log=print) -> tuple[list[dict], dict]:
     """The seed table and ``decision_costs`` of the cells of one or more sweeps, each part (sweep folder, cell
     keys, reports): two models run in two folders at once, say. The fidelity figures are added to the kept cells
-    (``fidelity_of_cells``; the candidate percentiles not chosen need none, the table still lists them)."""
+    (``fidelity_of_cells``, with ``test_windows``; the candidate percentiles not chosen need none, the table still
+    lists them)."""
     reports = [r for _, _, rs in parts for r in rs]
     kept = set(percentile_choices(reports)[0])
     start = 0
     for folder, keys, rs in parts:
         mine = [i - start for i in range(start, start + len(rs)) if i in kept]
-        fidelity_of_cells(folder, [keys[i] for i in mine], [rs[i] for i in mine], log=log, compute=compute)
+        fidelity_of_cells(folder, [keys[i] for i in mine], [rs[i] for i in mine], log=log, test_windows=test_windows)
         start += len(rs)
     return seed_table(reports), decision_costs([reports[i] for i in sorted(kept)])
 
@@ -594,12 +629,7 @@ def markdown(results: list[dict]) -> str:
             lines += ["Where RWKVQuant departs from GPTQ (per-layer reports of the cells):", "",
                       *_decision_lines(res["decisions"]), ""]
         for g in res["goals"]:
-            diff = f"RWKVQuant Δ - best baseline ({g['baseline']}) Δ = {_pm(g['diff'], '+')} (paired by seed)"
-            if g["status"] == "n/a":
-                lines.append(f"- {g['bits']}-bit: {diff}; goal ratio n/a ({g['why']})")
-            else:
-                lines.append(f"- {g['bits']}-bit: {diff}; ratio {g['mean']:.2f} ± {g['ci95']:.2f} (per seed "
-                             f"{', '.join(f'{x:.2f}' for x in g['per_seed'])}); goal <= {GOAL}: **{g['status']}**")
+            lines.append(_goal_line(g, g["bits"]))
             if g.get("kl"):
                 k = g["kl"]
                 lines.append(f"  - fidelity: RWKVQuant's KL to fp32 / best baseline's ({k['baseline']}) = {k['mean']:.2f} "
@@ -610,7 +640,32 @@ def markdown(results: list[dict]) -> str:
                              f"{k['mean']:.2f} ± {k['ci95']:.2f} (per seed {', '.join(f'{x:.2f}' for x in k['per_seed'])})")
         lines.append("")
         lines += _parity_lines(res)
+        lines += _test_lines(res)
     return "\n".join(lines)
+
+
+def _goal_line(g: dict, bits: int) -> str:
+    diff = f"RWKVQuant Δ - best baseline ({g['baseline']}) Δ = {_pm(g['diff'], '+')} (paired by seed)"
+    if g["status"] == "n/a":
+        return f"- {bits}-bit: {diff}; goal ratio n/a ({g['why']})"
+    return (f"- {bits}-bit: {diff}; ratio {g['mean']:.2f} ± {g['ci95']:.2f} (per seed "
+            f"{', '.join(f'{x:.2f}' for x in g['per_seed'])}); goal <= {GOAL}: **{g['status']}**")
+
+
+def _test_lines(res: dict) -> list[str]:
+    rows = [r for r in res["rows"] if "test_dppl_stats" in r]
+    if not rows:
+        return []
+    n, t = rows[0]["test_windows"]
+    lines = [f"On held-out test text (`--test-windows {n}`): {n} windows, {n * (t - 1)} predicted bytes of the "
+             "evaluation split past those the perplexity above reads, never read by any score or choice; torch, on "
+             f"each cell's checkpoint; fp32 perplexity {rows[0]['test_fp32_ppl']:.4f}:", "",
+             "| method | bits | Δ vs fp32 (mean ± 95% CI) | Δ per seed |", "|---|---|---|---|"]
+    lines += [f"| {_label(r)} | {r['bits']} | {_pm(r['test_dppl_stats'], '+')} | "
+              f"{', '.join(f'{d:+.4f}' for d in r['test_dppl'])} |" for r in rows]
+    lines.append("")
+    lines += [_goal_line(g["test"], g["bits"]) for g in res["goals"] if g.get("test")]
+    return [*lines, ""]
 
 
 def _label(row: dict) -> str:
@@ -674,11 +729,7 @@ def plot(results: list[dict]):
                                 yerr=[r[key]["ci95"] * scale for r in rs], marker="o", capsize=3, color=f"C{i}",
                                 label=method)
             ax.set_title(f"{res['model']} large"), ax.set_xlabel("bits per weight (block linears)")
-            ax.set_ylabel(f"{label} (95% CI over seeds)")
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=8)
-            else:  # a model whose cells have no such figure (a joined folder never scored for KL)
-                ax.text(0.5, 0.5, "not computed", ha="center", va="center", transform=ax.transAxes)
+            ax.set_ylabel(f"{label} (95% CI over seeds)"), ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -693,18 +744,24 @@ def main(argv=None) -> int:
     ap.add_argument("--out-dir", type=Path, default=Path("bench/results/rwkv_quant_seeds"))
     ap.add_argument("--join", type=Path, nargs="+", metavar="SWEEP_DIR", default=None,
                     help="make the table of sweep folders this script already ran (say one per model, each with "
-                         "--models) instead of running one; reads the kept KL / parity figures, computes none")
+                         "--models) instead of running one; computes only the figures its cells do not keep yet")
+    ap.add_argument("--test-windows", type=int, default=0, metavar="N",
+                    help="also score every kept cell on N windows of held-out test text (the evaluation split past "
+                         "the windows the perplexity reads), with the goal on it; 0: not (default)")
     a = ap.parse_args(argv)
     if a.join and (a.models or a.workers is not None or a.ray or a.sweep_dir):
         ap.error("--join makes the table of sweep folders already run; --models, --workers, --ray and --sweep-dir "
                  "are for a run: give one or the other")
+    if a.test_windows < 0:
+        ap.error(f"--test-windows is {a.test_windows}: use 0 (none) or a number of windows")
     a.sweep_dir = a.sweep_dir or Path("runs/sweeps/rwkv-quant-seeds")
     try:
         if a.join:
-            results, costs = table_of_sweeps([(d, *finished_sweep(d)) for d in a.join], compute=False, log=None)
+            results, costs = table_of_sweeps([(d, *finished_sweep(d)) for d in a.join], test_windows=a.test_windows)
             payload = {"recipe": str(a.recipe), "sweep_dirs": [str(d) for d in a.join]}
         else:
-            results, run, costs = run_seeds(a.recipe, a.sweep_dir, models=a.models, workers=a.workers, ray=a.ray)
+            results, run, costs = run_seeds(a.recipe, a.sweep_dir, models=a.models, workers=a.workers, ray=a.ray,
+                                            test_windows=a.test_windows)
             payload = {"recipe": str(a.recipe), "sweep_dir": str(a.sweep_dir), "sweep_run": run}
         md = write_tables(a.out_dir, results, costs, payload)
     except EdgesmithError as e:

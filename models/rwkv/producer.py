@@ -76,6 +76,16 @@ class RWKVReference(Producer):
     def eval_windows(self) -> np.ndarray:
         return sequences(self._splits().eval, self.eval_seq_len + 1, self.eval_sequences)
 
+    def heldout_windows(self, n: int) -> np.ndarray:
+        """``n`` windows of the evaluation split that follow the ones ``evaluate`` reads, shaped like them: text
+        that no score or choice has read, for a second, larger test of a ranking seen on the evaluation."""
+        every = sequences(self._splits().eval, self.eval_seq_len + 1)
+        free = len(every) - self.eval_sequences
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= free:
+            raise EdgesmithError(f"{n!r} held-out windows asked for; the evaluation split has {max(free, 0)} past the "
+                                 f"{self.eval_sequences} that evaluate reads.", f"ask for 1 to {max(free, 0)}.")
+        return every[self.eval_sequences: self.eval_sequences + n]
+
     def validation_windows(self) -> np.ndarray:
         """Windows of the validation split (stdlib files past the training cap: never trained on, never
         in the evaluation split), shaped like the evaluation windows; for choosing settings."""

@@ -463,15 +463,17 @@ def test_validation_recipe_is_the_vqnorm_recipe_with_validation_scores_and_rwkvq
     assert all(sorted(p) == [50.0, 75.0, 90.0, 100.0] for p in per.values())
 
 
-def test_join_makes_one_table_of_two_models_sweep_folders_from_their_kept_figures_only(tmp_path, monkeypatch):
+def test_join_makes_one_table_of_two_models_sweep_folders_from_their_kept_figures(tmp_path, monkeypatch):
     import json
 
     import edgesmith.bench.benchmarks.rwkv_quant_seeds as seeds
 
-    # the percentile is chosen across both folders' cells; no checkpoint is ever loaded (they are empty files)
+    # the percentile is chosen across both folders' cells; every figure is kept, so no checkpoint is loaded
+    # (they are empty files) and no reference model is built (the model names are not producers)
     monkeypatch.setattr(seeds, "weight_kurtosis", lambda model: {"median": 0.0, "min": 0.0, "max": 0.0, "by_matrix": {}})
     monkeypatch.setattr(seeds, "weight_facts", lambda model: None)
-    for model in ("a", "b"):
+    parity = {"nll_fp32": 1.0, "nll_quantized": 1.01, "nll_mirrored": 1.004, "even": 0.007, "odd": 0.003}
+    for model, kl in (("a", 0.001), ("b", 0.002)):
         reports = [{**r, "model": model} for r in _candidates()]
         for k, r in enumerate(reports):
             cell = tmp_path / model / "cells" / f"k{k}"
@@ -481,20 +483,89 @@ def test_join_makes_one_table_of_two_models_sweep_folders_from_their_kept_figure
                 ckpt = cell / "deploy" / "artifacts" / r["variants"][0]["name"]
                 ckpt.mkdir(parents=True)
                 (ckpt / "model.quantized.pth").write_bytes(b"")
-                if model == "a":  # b's cells were never scored: its table shows no KL
-                    (cell / seeds.KL_FILE).write_text(json.dumps({"kl_nats_per_byte": 0.001 * (k + 1)}))
+                (cell / seeds.KL_FILE).write_text(json.dumps({"kl_nats_per_byte": kl * (k + 1)}))
+                (cell / seeds.PARITY_FILE).write_text(json.dumps(parity))
         (tmp_path / model / "sweep.json").write_text(json.dumps(
             {"run": {"failed": 0}, "cells": [{"key": f"k{k}"} for k in range(len(reports))]}))
     assert seeds.main(["--join", str(tmp_path / "a"), str(tmp_path / "b"), "--out-dir", str(tmp_path / "out")]) == 0
     payload = json.loads((tmp_path / "out" / "results_a_b.json").read_text())
     assert payload["sweep_dirs"] == [str(tmp_path / "a"), str(tmp_path / "b")]
     a, b = payload["models"]
-    (rq_a,) = [r for r in a["rows"] if r["method"] == "rwkvquant"]
-    assert rq_a["percentile_choice"]["chosen"] == 75.0 and rq_a["seeds"] == [0, 1, 2]
-    assert "kl_stats" in rq_a and not any("kl_stats" in r for r in b["rows"])
+    for res, kl in ((a, 0.001), (b, 0.002)):
+        (rq,) = [r for r in res["rows"] if r["method"] == "rwkvquant"]
+        assert rq["percentile_choice"]["chosen"] == 75.0 and rq["seeds"] == [0, 1, 2]
+        assert rq["kl"] == pytest.approx([kl * 7, kl * 9, kl * 10])  # cells k6 (seed 0 at 75), k8, k9
     with pytest.raises(SystemExit, match="holds no sweep report"):
         seeds.main(["--join", str(tmp_path / "out"), "--out-dir", str(tmp_path / "out2")])
     # a run's options beside --join would be ignored: refused instead
-    with pytest.raises(SystemExit) as e:
-        seeds.main(["--join", str(tmp_path / "a"), "--models", "a"])
-    assert e.value.code == 2
+    for extra in (["--models", "a"], ["--test-windows", "-1"]):
+        with pytest.raises(SystemExit) as e:
+            seeds.main(["--join", str(tmp_path / "a"), *extra])
+        assert e.value.code == 2
+
+
+def test_held_out_test_text_is_scored_once_per_checkpoint_kept_and_given_its_own_goal(tmp_path, monkeypatch):
+    import json
+    import math
+
+    import numpy as np
+
+    import edgesmith.bench.benchmarks.rwkv_quant_seeds as seeds
+    import edgesmith.compress.rwkvquant as rq_pkg
+    import edgesmith.models
+    from edgesmith.compress.rwkvquant import load_quantized, make_config, quantize_rwkv, save_quantized
+    from tests.compress.rwkvquant.rwkv_helpers import tiny
+
+    ref = tiny(7).eval()
+    rng = np.random.default_rng(5)
+    windows, held = rng.integers(0, 256, size=(4, 17)), rng.integers(0, 256, size=(8, 17))
+
+    class Producer:
+        def build(self):
+            self.module_ = ref
+            return self
+
+        def eval_windows(self):
+            return windows
+
+        def heldout_windows(self, n):
+            return held[:n]
+
+    monkeypatch.setattr(edgesmith.models, "get_producer", lambda name, size: Producer())
+    folder = tmp_path / "cells" / "k0" / "deploy" / "artifacts" / "gptq"
+    folder.mkdir(parents=True)
+    q = quantize_rwkv(ref, rng.integers(0, 256, size=(4, 32)), make_config("gptq", bits=3, n_calibration=4,
+                                                                           kmeans_iters=5))[0]
+    save_quantized(q, folder / "model.quantized.pth")
+    # KL and parity kept: only the test figure is computed, from the checkpoint on the held-out windows
+    (tmp_path / "cells" / "k0" / seeds.KL_FILE).write_text(json.dumps({"kl_nats_per_byte": 0.5}))
+    (tmp_path / "cells" / "k0" / seeds.PARITY_FILE).write_text(json.dumps({"even": 0.1}))
+    report = {"model": "rwkv7-ref", "seed": 0}
+    seeds.fidelity_of_cells(tmp_path, ["k0"], [report], log=None, test_windows=5)
+    q0 = load_quantized(folder / "model.quantized.pth").eval()
+    assert report["test_nll"]["nll_quantized"] == seeds.token_nll(q0, held[:5])
+    assert report["test_nll"]["nll_fp32"] == seeds.token_nll(ref, held[:5])
+    assert report["test_nll"]["windows"] == [5, 17] and report["kl_to_fp32"] == 0.5
+    # read back from the cell's folder next time; another window count is another figure
+    monkeypatch.setattr(rq_pkg, "load_quantized", lambda path: pytest.fail("a kept figure was recomputed"))
+    again = {"model": "rwkv7-ref", "seed": 0}
+    seeds.fidelity_of_cells(tmp_path, ["k0"], [again], log=None, test_windows=5)
+    assert again["test_nll"] == report["test_nll"]
+    assert (tmp_path / "cells" / "k0" / seeds.test_file(5)).exists() and seeds.test_file(6) != seeds.test_file(5)
+
+    # the table: per-seed increases on the test text, and the goal on them against the best baseline there
+    reports = _reports(rq=(5.12, 5.13, 5.14))  # above GPTQ on the evaluation text
+    increase = {"rtn": 0.05, "gptq": 0.02, "rwkvquant": 0.009}
+    for r in reports:
+        method = seeds._quant_cell(r)["method"]
+        if method != "fp32":
+            r["test_nll"] = {"nll_fp32": 1.0, "nll_quantized": math.log(math.e + increase[method]), "windows": [5, 17]}
+    (res,) = seeds.seed_table(reports)
+    rows = {r["method"]: r for r in res["rows"]}
+    assert rows["gptq"]["test_dppl"] == pytest.approx([0.02] * 3)
+    (goal,) = res["goals"]
+    assert goal["test"]["baseline"] == "gptq" and goal["test"]["mean"] == pytest.approx(0.45)
+    assert goal["test"]["status"] == "met" and goal["status"] == "not met"  # the evaluation's goal is its own
+    md = seeds.markdown([res])
+    assert "On held-out test text (`--test-windows 5`): 5 windows, 80 predicted bytes" in md
+    assert "| gptq | 3 | +0.0200 ± 0.0000 | +0.0200, +0.0200, +0.0200 |" in md

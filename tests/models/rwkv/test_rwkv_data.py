@@ -25,3 +25,22 @@ def test_sequences_fixed_and_random_windows():
     assert fixed.shape == (3, 10) and fixed[1, 0] == 10
     rnd = sequences(tokens, 10, 5, seed=0)
     assert np.array_equal(rnd, sequences(tokens, 10, 5, seed=0))
+
+
+def test_heldout_windows_follow_the_evaluation_windows_and_never_overlap_them():
+    import pytest
+
+    from edgesmith.common import EdgesmithError
+    from edgesmith.models import get_producer
+
+    p = get_producer("rwkv7-ref", eval_sequences=4)
+    ev, held = p.eval_windows(), p.heldout_windows(3)
+    assert held.shape == (3, ev.shape[1])
+    # contiguous text: the held-out windows start where the evaluation's end, so no byte is scored twice
+    flat = load_splits().eval
+    assert np.array_equal(np.concatenate([ev.ravel(), held.ravel()]), flat[: 7 * ev.shape[1]])
+    free = len(flat) // ev.shape[1] - 4
+    assert len(p.heldout_windows(free)) == free
+    for bad in (0, free + 1, True):
+        with pytest.raises(EdgesmithError, match="held-out windows"):
+            p.heldout_windows(bad)
