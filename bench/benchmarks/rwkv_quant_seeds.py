@@ -718,6 +718,8 @@ def plot(results: list[dict]):
         panels.append(("kl_stats", 1e3, "KL to fp32 (1e-3 nats per byte)"))
     if any("even_stats" in r for res in results for r in res["rows"]):
         panels.append(("even_stats", 1, "even part of the increase"))
+    if any("test_dppl_stats" in r for res in results for r in res["rows"]):
+        panels.append(("test_dppl_stats", 1, "increase on held-out test text"))
     fig, axes = plt.subplots(len(panels), len(results), figsize=(5 * len(results), 4 * len(panels)), squeeze=False)
     for col, res in enumerate(results):
         for row, (key, scale, label) in enumerate(panels):

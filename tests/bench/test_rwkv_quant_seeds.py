@@ -569,3 +569,5 @@ def test_held_out_test_text_is_scored_once_per_checkpoint_kept_and_given_its_own
     md = seeds.markdown([res])
     assert "On held-out test text (`--test-windows 5`): 5 windows, 80 predicted bytes" in md
     assert "| gptq | 3 | +0.0200 ± 0.0000 | +0.0200, +0.0200, +0.0200 |" in md
+    fig = seeds.plot([res])  # a panel of its own beside the evaluation's increase
+    assert [ax.get_ylabel() for ax in fig.axes][-1] == "increase on held-out test text (95% CI over seeds)"
