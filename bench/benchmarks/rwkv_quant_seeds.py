@@ -2,9 +2,10 @@
 
     python -m edgesmith.bench.benchmarks.rwkv_quant_seeds [--workers N] [--models rwkv7-ref] \
         [--out-dir bench/results/rwkv_quant_seeds] [--sweep-dir DIR]
-    python -m edgesmith.bench.benchmarks.rwkv_quant_seeds --recipe R --join DIR_V6 DIR_V7 --out-dir OUT
+    python -m edgesmith.bench.benchmarks.rwkv_quant_seeds --join DIR_V6 DIR_V7 --out-dir OUT
 
-(the second makes one table of sweep folders the first already ran, one per model, say, each with ``--models``)
+(the second makes one table of sweep folders the first already ran, one per model, say, each with ``--models``;
+each folder's ``sweep.json`` names the recipe it ran)
 
 The cells are an ``edgesmith sweep`` (``bench/recipes/sweeps/rwkv-quant-seeds.toml``): the 6-layer x 512
 reference models (``model_options.size = "large"``; train them first, see ``models/rwkv/train.py``), each
@@ -540,13 +541,14 @@ def run_seeds(recipe: Path, sweep_dir: Path, *, models=None, workers: int | None
         select = lambda cell: first(cell) or (wanted(cell) and  # noqa: E731
                                               (c := _candidate(cell.spec)) is not None and chosen.get(c[0], c[1]) == c[1])
     sweep, reports = run(select)
-    results, costs = table_of_sweeps([(sweep_dir, [c["key"] for c in sweep["cells"]], reports)],
+    results, costs = table_of_sweeps([(sweep_dir, c["key"], r) for c, r in zip(sweep["cells"], reports)],
                                      test_windows=test_windows, log=log)
     return results, sweep["run"], costs
 
 
-def finished_sweep(sweep_dir: Path) -> tuple[list[str], list[dict]]:
-    """The cell keys and deploy reports of the sweep already run in ``sweep_dir`` (its ``sweep.json``)."""
+def finished_sweep(sweep_dir: Path) -> tuple[dict, list[tuple[Path, str, dict]]]:
+    """The run facts (its recipe among them) and the cells, each (folder, key, deploy report), of the sweep
+    already run in ``sweep_dir`` (its ``sweep.json``)."""
     import json
 
     from edgesmith.bench.sweep import cell_report, require_done
@@ -555,24 +557,25 @@ def finished_sweep(sweep_dir: Path) -> tuple[list[str], list[dict]]:
     if not path.is_file():
         raise EdgesmithError(f"{sweep_dir} holds no sweep report (sweep.json).",
                              "name a folder that a run of this script (--sweep-dir) wrote.")
-    keys = [c["key"] for c in require_done(json.loads(path.read_text()), sweep_dir)["cells"]]
-    return keys, [cell_report(sweep_dir, k) for k in keys]
+    sweep = require_done(json.loads(path.read_text()), sweep_dir)
+    return sweep["run"], [(Path(sweep_dir), c["key"], cell_report(sweep_dir, c["key"])) for c in sweep["cells"]]
 
 
-def table_of_sweeps(parts: list[tuple[Path, list[str], list[dict]]], *, test_windows: int = 0,
+def table_of_sweeps(cells: list[tuple[Path, str, dict]], *, test_windows: int = 0,
                     log=print) -> tuple[list[dict], dict]:
-    """The seed table and ``decision_costs`` of the cells of one or more sweeps, each part (sweep folder, cell
-    keys, reports): two models run in two folders at once, say. The fidelity figures are added to the kept cells
+    """The seed table and ``decision_costs`` of the cells, each (sweep folder, key, deploy report), of one or more
+    sweeps: two models run in two folders at once, say. The fidelity figures are added to the kept cells
     (``fidelity_of_cells``, with ``test_windows``; the candidate percentiles not chosen need none, the table still
     lists them)."""
-    reports = [r for _, _, rs in parts for r in rs]
-    kept = set(percentile_choices(reports)[0])
-    start = 0
-    for folder, keys, rs in parts:
-        mine = [i - start for i in range(start, start + len(rs)) if i in kept]
-        fidelity_of_cells(folder, [keys[i] for i in mine], [rs[i] for i in mine], log=log, test_windows=test_windows)
-        start += len(rs)
-    return seed_table(reports), decision_costs([reports[i] for i in sorted(kept)])
+    reports = [r for _, _, r in cells]
+    kept = sorted(percentile_choices(reports)[0])
+    per_folder: dict[Path, list[tuple[str, dict]]] = {}
+    for i in kept:
+        folder, key, report = cells[i]
+        per_folder.setdefault(folder, []).append((key, report))
+    for folder, pairs in per_folder.items():
+        fidelity_of_cells(folder, [k for k, _ in pairs], [r for _, r in pairs], log=log, test_windows=test_windows)
+    return seed_table(reports), decision_costs([reports[i] for i in kept])
 
 
 def write_tables(out_dir: Path, results: list[dict], costs: dict, payload: dict) -> str:
@@ -738,7 +741,9 @@ def plot(results: list[dict]):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--recipe", type=Path, default=RECIPE, help="the sweep recipe (default: rwkv-quant-seeds.toml)")
+    ap.add_argument("--recipe", type=Path, default=None,
+                    help="the sweep recipe to run (default: rwkv-quant-seeds.toml); not with --join, which reads each "
+                         "folder's own")
     ap.add_argument("--models", nargs="+", default=None, help="a subset of the recipe's models")
     ap.add_argument("--workers", type=int, default=None, help="sweep cells at a time (default: one per core)")
     ap.add_argument("--ray", default=None, help="run the cells on Ray: auto, an address, or local")
@@ -751,16 +756,18 @@ def main(argv=None) -> int:
                     help="also score every kept cell on N windows of held-out test text (the evaluation split past "
                          "the windows the perplexity reads), with the goal on it; 0: not (default)")
     a = ap.parse_args(argv)
-    if a.join and (a.models or a.workers is not None or a.ray or a.sweep_dir):
-        ap.error("--join makes the table of sweep folders already run; --models, --workers, --ray and --sweep-dir "
-                 "are for a run: give one or the other")
+    if a.join and (a.recipe or a.models or a.workers is not None or a.ray or a.sweep_dir):
+        ap.error("--join makes the table of sweep folders already run (each folder's sweep.json names its recipe); "
+                 "--recipe, --models, --workers, --ray and --sweep-dir are for a run: give one or the other")
     if a.test_windows < 0:
         ap.error(f"--test-windows is {a.test_windows}: use 0 (none) or a number of windows")
+    a.recipe = a.recipe or RECIPE
     a.sweep_dir = a.sweep_dir or Path("runs/sweeps/rwkv-quant-seeds")
     try:
         if a.join:
-            results, costs = table_of_sweeps([(d, *finished_sweep(d)) for d in a.join], test_windows=a.test_windows)
-            payload = {"recipe": str(a.recipe), "sweep_dirs": [str(d) for d in a.join]}
+            runs, cells = zip(*(finished_sweep(d) for d in a.join))
+            results, costs = table_of_sweeps([c for part in cells for c in part], test_windows=a.test_windows)
+            payload = {"sweep_dirs": [str(d) for d in a.join], "sweep_runs": list(runs)}
         else:
             results, run, costs = run_seeds(a.recipe, a.sweep_dir, models=a.models, workers=a.workers, ray=a.ray,
                                             test_windows=a.test_windows)

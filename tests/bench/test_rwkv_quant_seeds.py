@@ -486,10 +486,12 @@ def test_join_makes_one_table_of_two_models_sweep_folders_from_their_kept_figure
                 (cell / seeds.KL_FILE).write_text(json.dumps({"kl_nats_per_byte": kl * (k + 1)}))
                 (cell / seeds.PARITY_FILE).write_text(json.dumps(parity))
         (tmp_path / model / "sweep.json").write_text(json.dumps(
-            {"run": {"failed": 0}, "cells": [{"key": f"k{k}"} for k in range(len(reports))]}))
+            {"run": {"failed": 0, "recipe": f"{model}.toml"}, "cells": [{"key": f"k{k}"} for k in range(len(reports))]}))
     assert seeds.main(["--join", str(tmp_path / "a"), str(tmp_path / "b"), "--out-dir", str(tmp_path / "out")]) == 0
     payload = json.loads((tmp_path / "out" / "results_a_b.json").read_text())
     assert payload["sweep_dirs"] == [str(tmp_path / "a"), str(tmp_path / "b")]
+    # the recipes are the ones each folder ran, not a default the join never read
+    assert [r["recipe"] for r in payload["sweep_runs"]] == ["a.toml", "b.toml"] and "recipe" not in payload
     a, b = payload["models"]
     for res, kl in ((a, 0.001), (b, 0.002)):
         (rq,) = [r for r in res["rows"] if r["method"] == "rwkvquant"]
@@ -498,7 +500,7 @@ def test_join_makes_one_table_of_two_models_sweep_folders_from_their_kept_figure
     with pytest.raises(SystemExit, match="holds no sweep report"):
         seeds.main(["--join", str(tmp_path / "out"), "--out-dir", str(tmp_path / "out2")])
     # a run's options beside --join would be ignored: refused instead
-    for extra in (["--models", "a"], ["--test-windows", "-1"]):
+    for extra in (["--models", "a"], ["--recipe", "a.toml"], ["--test-windows", "-1"]):
         with pytest.raises(SystemExit) as e:
             seeds.main(["--join", str(tmp_path / "a"), *extra])
         assert e.value.code == 2
