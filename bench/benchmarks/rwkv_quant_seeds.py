@@ -759,6 +759,8 @@ def main(argv=None) -> int:
     if a.join and (a.recipe or a.models or a.workers is not None or a.ray or a.sweep_dir):
         ap.error("--join makes the table of sweep folders already run (each folder's sweep.json names its recipe); "
                  "--recipe, --models, --workers, --ray and --sweep-dir are for a run: give one or the other")
+    if a.join and len({d.resolve() for d in a.join}) < len(a.join):
+        ap.error("--join names a sweep folder twice: its cells would count twice; name each folder once")
     if a.test_windows < 0:
         ap.error(f"--test-windows is {a.test_windows}: use 0 (none) or a number of windows")
     a.recipe = a.recipe or RECIPE

@@ -499,8 +499,9 @@ def test_join_makes_one_table_of_two_models_sweep_folders_from_their_kept_figure
         assert rq["kl"] == pytest.approx([kl * 7, kl * 9, kl * 10])  # cells k6 (seed 0 at 75), k8, k9
     with pytest.raises(SystemExit, match="holds no sweep report"):
         seeds.main(["--join", str(tmp_path / "out"), "--out-dir", str(tmp_path / "out2")])
-    # a run's options beside --join would be ignored: refused instead
-    for extra in (["--models", "a"], ["--recipe", "a.toml"], ["--test-windows", "-1"]):
+    # a run's options beside --join would be ignored, and a folder named twice would count its cells twice:
+    # both refused
+    for extra in (["--models", "a"], ["--recipe", "a.toml"], ["--test-windows", "-1"], [str(tmp_path / "a" / ".")]):
         with pytest.raises(SystemExit) as e:
             seeds.main(["--join", str(tmp_path / "a"), *extra])
         assert e.value.code == 2
