@@ -190,12 +190,14 @@ def read_text(path: str | Path) -> str:
     return text
 
 
-def token_windows(tokens: np.ndarray, length: int, n: int | None = None, seed: int | None = None) -> np.ndarray:
-    """Windows of ``length`` tokens: consecutive from the start (``seed`` None) or at seeded random starts."""
+def token_windows(tokens: np.ndarray, length: int, n: int | None = None, seed: int | None = None, *,
+                  source: str = "the text", option: str = "seq_len") -> np.ndarray:
+    """Windows of ``length`` tokens: consecutive from the start (``seed`` None) or at seeded random starts.
+    ``source`` and ``option`` (the model option that sets the window) name them in the error for too little text."""
     tokens = np.asarray(tokens, np.int64)
     if len(tokens) < length:
-        raise EdgesmithError(f"the text gives {len(tokens)} tokens, fewer than one window of {length}.",
-                             "give more text, or a shorter window (--option seq_len=...).")
+        raise EdgesmithError(f"{source} gives {len(tokens)} tokens, fewer than one window of {length}.",
+                             f"give more text, or a shorter window (--model-option {option}=...).")
     if seed is None:
         count = len(tokens) // length if n is None else min(n, len(tokens) // length)
         return tokens[: count * length].reshape(count, length)

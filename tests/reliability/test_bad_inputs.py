@@ -152,7 +152,28 @@ CASES = [
     Case("bench --out that exists is refused before measuring",
          lambda t: ((t / "o.json").write_text("{}"), ["bench", _mlp_onnx(t), "--out", t / "o.json"])[1],
          "already exists"),
+    # the fix names the flag that sets the window: it is a model option, and eval_len for the evaluation text
+    Case("RWKV evaluation text shorter than one window", lambda t: _rwkv_text(t, "a few words"),
+         "--model-option eval_len=", check=_nothing("r")),
+    Case("RWKV window length of zero", lambda t: _rwkv_text(t, "text " * 100, "--model-option", "seq_len=0"),
+         "seq_len=0 is not a window length", check=_nothing("r")),
+    Case("RWKV window length that is not a number", lambda t: _rwkv_text(t, "text " * 100, "--model-option",
+                                                                         "eval_len=long"),
+         "eval_len='long' is not a window length", check=_nothing("r")),
 ]
+
+
+def _rwkv_text(tmp: Path, eval_text: str, *extra) -> list:
+    from edgesmith.models.rwkv.base import RWKVConfig
+    from edgesmith.models.rwkv.checkpoint import build_model, official_state_dict
+
+    torch.manual_seed(0)
+    torch.save(official_state_dict(build_model(RWKVConfig(version=7, n_layer=1, n_embd=64, head_size=32))),
+               tmp / "m.pth")
+    (tmp / "cal.txt").write_text("The quick brown fox jumps over the lazy dog. " * 20)
+    (tmp / "ev.txt").write_text(eval_text)
+    return ["deploy", tmp / "m.pth", "--target", "host-cpu", "--calibration-data", tmp / "cal.txt",
+            "--eval-data", tmp / "ev.txt", *extra, "--out", tmp / "r"]
 
 
 def _external_without_data(tmp: Path) -> list:
