@@ -77,14 +77,15 @@ PTH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
 
 def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed: int = 0,
-           model_options: dict | None = None, force: bool = False, dtype: str = "fp16",
+           model_options: dict | None = None, force: bool = False, dtype: str | None = None,
            options: dict | None = None) -> Path:
     """Write ``model`` with its kind's export pass (ONNX: a graph, a step graph or a tree ensemble; ``options``
     go to that pass's config, e.g. ``{"batch": 1, "vq_form": "int8"}`` for a token-lm decode graph); an RWKV model
     to ``out.rwkvc.npz`` with ``export-rwkv-c`` (the C decoder's file, ``{"weights": "int4"}`` to round fp32
     linears to 4 bits); an RWKV model
     (a producer, an official checkpoint, an edgesmith quantized one) to ``out.pth`` becomes an official-layout
-    checkpoint in ``dtype`` (fp16, bf16, fp32), quantized weights dequantized, that BlinkDL's ``rwkv`` package loads."""
+    checkpoint in ``dtype`` (fp16, the default, bf16, fp32), quantized weights dequantized, that BlinkDL's ``rwkv``
+    package loads. A setting the chosen output would ignore (``dtype`` for ONNX, ``options`` for .pth) is refused."""
     from edgesmith.bench.deploy import source_artifact
     from edgesmith.bench.sources.base import UserRequest, resolve_model
     from edgesmith.compress import PassContext, config_from_dict, run_passes
@@ -93,8 +94,16 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
     from edgesmith.models.kinds import get_kind
 
     out = Path(out)
+    if out.suffix != ".pth" and dtype is not None:
+        raise EdgesmithError(f"--dtype {dtype} would be ignored: it sets the weights of an official .pth export, and "
+                             f"{out.name} is not one.", "drop --dtype, or export to FILE.pth.")
+    dtype = dtype or "fp16"
     if out.suffix == ".pth" and dtype not in PTH_DTYPES:
         raise EdgesmithError(f"dtype {dtype!r} is not one of {', '.join(PTH_DTYPES)}.", "use --dtype fp16, bf16 or fp32.")
+    if out.suffix == ".pth" and (options or opset):
+        given = [f"--option {k}" for k in options or {}] + (["--opset"] if opset else [])
+        raise EdgesmithError(f"{', '.join(given)} would be ignored: an official .pth export has no pass options, "
+                             "only --dtype.", "drop them, or export to .onnx / .rwkvc.npz, whose passes take options.")
     _check_out(out, force=force)
     # a producer or a user's file (an official or quantized RWKV checkpoint, ...): the source that reads it
     source = resolve_model(model, UserRequest(options=dict(model_options or {}), seed=seed), seed=seed)

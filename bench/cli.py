@@ -292,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model")
     p.add_argument("--out", required=True, help="FILE.onnx, FILE.pth for an RWKV model in the official layout, or "
                                                 "FILE.rwkvc.npz for the C decoder (runtime rwkv-c)")
-    p.add_argument("--dtype", default="fp16", help="weights of an official .pth: fp16 (default), bf16 or fp32")
+    p.add_argument("--dtype", default=None, help="weights of an official .pth: fp16 (default), bf16 or fp32")
     p.add_argument("--opset", type=int)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model-option", dest="model_option", action="append", metavar="KEY=VALUE")

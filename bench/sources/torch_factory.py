@@ -87,13 +87,17 @@ def export_to_onnx(module, label: str, key: bytes, request: UserRequest, program
     args = tuple(torch.from_numpy(np.ascontiguousarray(example[n])) for n in names)
     out = work_path(key + repr(specs).encode() + b"onnx-export-v1", ".onnx")
     notes = []
-    if program is None:
-        if not isinstance(module, torch.jit.ScriptModule):  # a scripted module is exported as it is
-            module = _Outputs.wrap(module.eval())
+    if program is None and not isinstance(module, torch.jit.ScriptModule):  # a scripted one is exported as it is
+        module = _Outputs.wrap(module.eval())
+    try:  # the user's forward on inputs of the shapes the user gave (or the model declares)
         with torch.no_grad():
-            ref = module(*args)
-    else:
-        ref = program.module()(*args)
+            ref = module(*args) if program is None else program.module()(*args)
+    except Exception as e:  # a model raises anything; its message says what did not fit
+        shapes = ", ".join(f"{n} {tuple(a.shape)}" for n, a in zip(names, args))
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        raise EdgesmithError(f"{label} fails on example inputs ({shapes}): {type(e).__name__}: {first}",
+                             "give the input shape its forward takes: --input-shape [NAME=]D,D,... (without the "
+                             "batch), or --calibration-data / --eval-data of that shape.") from None
     ref = ref if isinstance(ref, (tuple, list)) else (ref,)
     out_names = ["output"] if len(ref) == 1 else [f"output_{i}" for i in range(len(ref))]
     if not out.exists():

@@ -160,7 +160,25 @@ CASES = [
     Case("RWKV window length that is not a number", lambda t: _rwkv_text(t, "text " * 100, "--model-option",
                                                                          "eval_len=long"),
          "eval_len='long' is not a window length", check=_nothing("r")),
+    Case("torch factory run on inputs of the wrong shape",
+         lambda t: (_linear_factory(t), ["deploy", t / "f.py:make", "--target", "host-cpu", "--input-shape", "3",
+                                         "--out", t / "r"])[1],
+         "fails on example inputs (input (2, 3)): RuntimeError: mat1 and mat2", check=_nothing("r")),
+    # export settings the chosen output format would ignore, each refused before anything is written
+    Case("export to .pth with a pass option", lambda t: _rwkv_export(t, "o.pth", "--option", "vq_form=int8"),
+         "--option vq_form would be ignored", check=_nothing("o.pth")),
+    Case("export to .onnx with --dtype", lambda t: _rwkv_export(t, "o.onnx", "--dtype", "bf16"),
+         "--dtype bf16 would be ignored", check=_nothing("o.onnx")),
 ]
+
+
+def _linear_factory(tmp: Path) -> None:
+    (tmp / "f.py").write_text("import torch\n\ndef make():\n    return torch.nn.Linear(4, 2)\n")
+
+
+def _rwkv_export(tmp: Path, name: str, *extra) -> list:
+    _rwkv_text(tmp, "")
+    return ["export", tmp / "m.pth", "--out", tmp / name, *extra]
 
 
 def _rwkv_text(tmp: Path, eval_text: str, *extra) -> list:
