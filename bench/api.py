@@ -56,11 +56,17 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
     return _deploy(opts)
 
 
-def _producer(model: str, seed: int, model_options: dict | None):
+def _producer(model: str, seed: int, model_options: dict | None, request=None):
+    """A built producer and its kind: a registered one by name, or with ``request`` (a ``UserRequest``) what the
+    model source that reads ``model`` (a user's file) loads."""
+    from edgesmith.bench.sources.base import resolve_model
     from edgesmith.models import get_producer
     from edgesmith.models.kinds import get_kind
 
-    producer = get_producer(model, seed=seed, **(model_options or {}))
+    if request is None:
+        producer = get_producer(model, seed=seed, **(model_options or {}))
+    else:
+        producer = resolve_model(model, request, seed=seed)
     kind = get_kind(producer.kind)
     kind.check_producer(producer)
     return producer.build(), kind
@@ -149,27 +155,36 @@ def _export_official_rwkv(producer, out: Path, dtype, force: bool) -> Path:
 
 @dataclasses.dataclass
 class QuantizeResult:
-    """What ``quantize`` wrote: the file, its report, and the metric of the written file (producers only)."""
+    """What ``quantize`` wrote: the file, its report, and the metric of the written file (not for an ONNX file;
+    for a model file given no data to score on, ``unscored`` says why instead)."""
 
     path: Path
     report_path: Path
     reports: list
     evaluation: object = None
+    unscored: str | None = None
 
 
 def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike, options: dict | None = None,
              calibration=None, n_calibration: int | None = None, seed: int = 0, model_options: dict | None = None,
-             sensitivity: bool = False, force: bool = False, progress: bool = False) -> QuantizeResult:
-    """Apply one pass to a producer's model or an ONNX file and write the result plus ``OUT.report.json``.
+             sensitivity: bool = False, force: bool = False, progress: bool = False,
+             calibration_data: str | os.PathLike | None = None,
+             eval_data: str | os.PathLike | None = None) -> QuantizeResult:
+    """Apply one pass to a producer's model, a user's model file or an ONNX file and write the result plus
+    ``OUT.report.json``.
 
-    For a producer, the model is first exported with its kind's export pass when the pass takes a file,
-    and a pass that leaves a torch model (pruning, an RWKV quantizer) is followed by that export; the
-    written file is then scored with the producer's metric. ``calibration``: an array of inputs (needed by
-    static quantization of an ONNX file).
+    For a producer or a model file other than ONNX (an official RWKV checkpoint, ``file.py:factory``, ...: any
+    model source ``deploy`` reads), the model is first exported with its kind's export pass when the pass takes a
+    file, and a pass that leaves a torch model (pruning, an RWKV quantizer) is followed by that export; the
+    written file is then scored with the model's metric. ``calibration``: an array of inputs (needed by static
+    quantization of an ONNX file; for a producer it replaces the producer's own). ``calibration_data`` and
+    ``eval_data``: a model file's data as files its source reads (UTF-8 text for an RWKV checkpoint, .npy/.npz
+    otherwise), as ``deploy --calibration-data / --eval-data`` takes them.
     """
     from edgesmith.bench.deploy import _artifact_scorer, predictor, source_artifact
     from edgesmith.compress import Artifact, PassContext, config_from_dict, run_passes
     from edgesmith.compress.base import INIT_SUFFIX, first_samples
+    from edgesmith.models import producer_names
     from edgesmith.runtimes import get_runtime, runtime_for
 
     out = Path(out)
@@ -182,7 +197,19 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
     config = config_from_dict({"kind": pass_kind, **(options or {})})
     calib = _checked_calibration(calibration)
     producer = None
-    if str(model).endswith(".onnx") or Path(model).exists():
+    onnx_file = str(model).endswith(".onnx")
+    user_file = not onnx_file and str(model) not in producer_names()
+    if eval_data is not None and not user_file:
+        what = ("an ONNX file, whose written file quantize does not score" if onnx_file
+                else "a producer, scored on its own held-out data")
+        raise EdgesmithError(f"--eval-data scores the written file of a model file here; {model} is {what}.",
+                             f"score it on your data with `edgesmith deploy {model} --eval-data FILE`.")
+    if calibration_data is not None and not user_file:
+        raise EdgesmithError(f"calibration_data (a file) is read for a model file other than ONNX; {model} is not one.",
+                             "pass calibration= as an array (the CLI loads --calibration-data .npy into one).")
+    if calibration is not None and calibration_data is not None:
+        raise EdgesmithError("calibration was given twice (an array and a file).", "give one of them.")
+    if onnx_file:
         from edgesmith.bench.sources.onnx_file import prepare
 
         prepared, _ = prepare(Path(model))  # opset >= 13, Constants folded, fully checked (as deploy does)
@@ -192,7 +219,14 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
             calib = _calibration_for(prepared, calib)
             calib = first_samples(calib, n_calibration or 128)
     else:
-        producer, kind = _producer(model, seed, model_options)
+        request = None
+        if user_file:
+            from edgesmith.bench.sources.base import UserRequest
+
+            request = UserRequest(calibration_data=None if calibration_data is None else str(calibration_data),
+                                  eval_data=None if eval_data is None else str(eval_data),
+                                  options=dict(model_options or {}), seed=seed)
+        producer, kind = _producer(model, seed, model_options, request)
         art = source_artifact(producer)
         calib = calib if calib is not None else producer.calibration_data(n_calibration or kind.default_n_calibration)
         example, train = producer.example_inputs(1), producer.training_data()
@@ -220,13 +254,18 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
                 shutil.copyfile(sidecar, init)
             rtmp.write_text(json.dumps({"input": str(model), "output": str(out), "format": result.format,
                                         "passes": [r.to_dict() for r in reports]}, indent=2, default=str) + "\n")
-    evaluation = None
+    evaluation = unscored = None
     if producer is not None:
         written = Artifact(result.format, path=out, meta=dict(result.meta))
         rt = get_runtime(runtime_for(written)).load(written)
-        evaluation = producer.evaluate(predictor(rt, written))
-        evaluation.extra["runtime"] = rt.name
-    return QuantizeResult(out, report_path, reports, evaluation)
+        try:
+            evaluation = producer.evaluate(predictor(rt, written))
+            evaluation.extra["runtime"] = rt.name
+        except EdgesmithError as e:
+            if not user_file:
+                raise
+            unscored = f"{e.problem} ({e.fix})" if e.fix else e.problem  # e.g. an RWKV checkpoint given no text
+    return QuantizeResult(out, report_path, reports, evaluation, unscored)
 
 
 def _checked_calibration(calibration):

@@ -120,8 +120,14 @@ def cmd_denoise(args) -> int:
 
 
 def cmd_quantize(args) -> int:
+    from edgesmith.models import producer_names
+
+    # a model file other than ONNX reads its data files through its own source (text for an RWKV checkpoint)
+    user_file = not args.model.endswith(".onnx") and args.model not in producer_names()
     res = api.quantize(args.model, args.pass_kind, out=args.out, options=parse_key_values(args.option, "--option"),
-                       calibration=_load_calibration(args.calibration_data), n_calibration=args.n_calibration,
+                       calibration=None if user_file else _load_calibration(args.calibration_data),
+                       calibration_data=args.calibration_data if user_file else None, eval_data=args.eval_data,
+                       n_calibration=args.n_calibration,
                        seed=args.seed, model_options=parse_key_values(args.model_option, "--model-option"),
                        sensitivity=args.sensitivity, force=args.force, progress=not args.quiet)
     final = next(r for r in res.reports if r.config["kind"] == args.pass_kind)  # the user's pass, not the export
@@ -130,8 +136,10 @@ def cmd_quantize(args) -> int:
           + f"); report {res.report_path}")
     ev = res.evaluation
     if ev is not None:
-        print(f"{ev.metric.name} of the written file ({ev.n_samples} held-out samples, {ev.extra['runtime']}): "
-              f"{ev.value:.4f}")
+        data = f"{ev.n_samples} samples of {ev.extra['data']}" if "data" in ev.extra else f"{ev.n_samples} held-out samples"
+        print(f"{ev.metric.name} of the written file ({data}, {ev.extra['runtime']}): {ev.value:.4f}")
+    if res.unscored:
+        print(f"the written file is not scored: {res.unscored}")
     return 0
 
 
@@ -319,13 +327,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_denoise)
 
-    p = sub.add_parser("quantize", help="apply one compression pass to a producer's model or an ONNX file")
-    p.add_argument("model", help="a model name (see `edgesmith models`) or a path to an .onnx file")
+    p = sub.add_parser("quantize", help="apply one compression pass to a producer's model or a model file")
+    p.add_argument("model", help="a model name (see `edgesmith models`), an .onnx file, or another model file "
+                                 "deploy reads (an RWKV .pth, file.py:factory, ...)")
     p.add_argument("--pass", dest="pass_kind", default="int8-qdq", help="pass kind (see `edgesmith passes`)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="pass option (repeatable)")
     p.add_argument("--model-option", dest="model_option", action="append", metavar="KEY=VALUE",
                    help="argument of the model's producer (repeatable)")
-    p.add_argument("--calibration-data", dest="calibration_data", help=".npy of calibration inputs (ONNX files)")
+    p.add_argument("--calibration-data", dest="calibration_data",
+                   help="calibration inputs: .npy / .npz / a folder of them, or UTF-8 text for an RWKV checkpoint")
+    p.add_argument("--eval-data", dest="eval_data",
+                   help="a model file's evaluation data (same forms) to score the written file on")
     p.add_argument("--n-calibration", dest="n_calibration", type=int)
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=0)

@@ -159,8 +159,10 @@ def _export(model, args, path, names, out_names, dynamo: bool) -> None:
                           opset_version=17, dynamo=False)
 
 
-def load_factory(spec: str):
-    """The module ``factory()`` of ``file.py:factory`` returns, imported from the file (not installed)."""
+def load_factory(spec: str, seed: int = 0):
+    """The module ``factory()`` of ``file.py:factory`` returns, imported from the file (not installed). torch's
+    generator is seeded with ``seed`` around the import and the call (and restored after), so a factory that
+    initialises weights at random gives the same module, and the same artifacts, every run."""
     import torch
 
     file, _, name = spec.rpartition(":")
@@ -171,19 +173,21 @@ def load_factory(spec: str):
     loader = importlib.util.spec_from_file_location(mod_name, path)
     module = importlib.util.module_from_spec(loader)
     sys.modules[mod_name] = module
-    try:
-        loader.loader.exec_module(module)
-    except Exception as e:
-        raise EdgesmithError(f"importing {path} failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
-                             "fix the file so that `python file.py` runs.") from None
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise EdgesmithError(f"{path} has no function {name!r}.", f"define def {name}(): return my_module().")
-    try:
-        net = factory()
-    except Exception as e:
-        raise EdgesmithError(f"{spec}() failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
-                             "make the factory return an nn.Module without arguments.") from None
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        try:
+            loader.loader.exec_module(module)
+        except Exception as e:
+            raise EdgesmithError(f"importing {path} failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
+                                 "fix the file so that `python file.py` runs.") from None
+        factory = getattr(module, name, None)
+        if not callable(factory):
+            raise EdgesmithError(f"{path} has no function {name!r}.", f"define def {name}(): return my_module().")
+        try:
+            net = factory()
+        except Exception as e:
+            raise EdgesmithError(f"{spec}() failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
+                                 "make the factory return an nn.Module without arguments.") from None
     if not isinstance(net, torch.nn.Module):
         raise EdgesmithError(f"{spec}() returned a {type(net).__name__}, not a torch.nn.Module.",
                              "return the model (an nn.Module) from the factory.")
@@ -204,7 +208,7 @@ class TorchFactorySource(ModelSource):
 
         from edgesmith.bench.sources.onnx_file import onnx_user_model, prepare
 
-        net = load_factory(spec)
+        net = load_factory(spec, request.seed)
         digest = hashlib.sha256(spec.encode() + file_digest(Path(spec.rpartition(":")[0])))
         for name, t in sorted(net.state_dict().items()):
             digest.update(name.encode() + t.detach().cpu().numpy().tobytes())

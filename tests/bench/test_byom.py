@@ -220,6 +220,55 @@ def test_torch_factory_torchscript_and_torch_export_files_deploy_like_onnx(capsy
     assert r["batch_sizes"] == [1]
 
 
+def test_a_factory_that_initialises_at_random_gives_the_same_file_every_run_and_its_seed_changes_it(
+        capsys, files, tmp_path):
+    # the factory seeds nothing itself: edgesmith seeds torch around it, so the same inputs give the same artifact
+    (tmp_path / "net.py").write_text("import torch\n\ndef make():\n    return torch.nn.Linear(20, 4)\n")
+    spec = f"{tmp_path / 'net.py'}:make"
+    written = []
+    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+        code, out, err = run_cli(capsys, "quantize", spec, "--pass", "int8-qdq", "--calibration-data",
+                                 files / "calib.npy", "--seed", seed, "--out", tmp_path / f"{name}.onnx", "--quiet")
+        assert code == 0, err
+        assert "fidelity of the written file (64 samples of user calibration data" in out
+        written.append((tmp_path / f"{name}.onnx").read_bytes())
+    assert written[0] == written[1] and written[0] != written[2]
+    from edgesmith.bench.sources.torch_factory import load_factory
+
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    load_factory(spec, seed=0)
+    assert torch.equal(before, torch.get_rng_state())  # the caller's generator is left as it was
+
+
+def test_quantize_takes_an_rwkv_checkpoint_with_its_text_and_writes_an_unscored_file_without_evaluation_text(
+        capsys, tmp_path):
+    from edgesmith.models.rwkv.base import RWKVConfig
+    from edgesmith.models.rwkv.checkpoint import build_model, official_state_dict
+
+    torch.manual_seed(0)
+    torch.save(official_state_dict(build_model(RWKVConfig(version=7, n_layer=1, n_embd=64, head_size=32))),
+               tmp_path / "m.pth")
+    text = "The quick brown fox jumps over the lazy dog. " * 40
+    (tmp_path / "cal.txt").write_text(text)
+    (tmp_path / "ev.txt").write_text(text[::-1])
+    code, out, err = run_cli(capsys, "quantize", tmp_path / "m.pth", "--pass", "rwkv-rtn", "--option", "bits=4",
+                             "--calibration-data", tmp_path / "cal.txt", "--eval-data", tmp_path / "ev.txt",
+                             "--model-option", "eval_len=64", "--out", tmp_path / "q.onnx", "--quiet")
+    assert code == 0, err
+    assert "perplexity of the written file" in out and (tmp_path / "q.onnx.report.json").exists()
+    # no evaluation text: the file is still written, and the output says why it is not scored
+    code, out, err = run_cli(capsys, "quantize", tmp_path / "m.pth", "--pass", "rwkv-rtn", "--calibration-data",
+                             tmp_path / "cal.txt", "--out", tmp_path / "q2.onnx", "--quiet")
+    assert code == 0 and (tmp_path / "q2.onnx").exists(), err
+    assert "not scored: " in out and "needs evaluation text" in out
+    # a producer is scored on its own held-out data: the user's is for deploy
+    code, _, err = run_cli(capsys, "quantize", "digits-mlp", "--eval-data", tmp_path / "ev.txt",
+                           "--out", tmp_path / "d.onnx")
+    assert_user_error(code, err, "digits-mlp is a producer", "edgesmith deploy digits-mlp --eval-data")
+    assert not (tmp_path / "d.onnx").exists()
+
+
 def test_a_torch_model_the_exporter_cannot_handle_is_refused_naming_the_operator(capsys, files, tmp_path):
     (tmp_path / "bad.py").write_text("import torch\n\nclass Eig(torch.nn.Module):\n"
                                      "    def forward(self, x):\n        return torch.linalg.eigh(x @ x.transpose(1, 2))[0]\n\n"
