@@ -235,6 +235,7 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
             export_cfg.output_format == config.input_format else [config]
         if passes[-1].output_format == "torch":  # e.g. pruning or an RWKV quantizer: write it in the kind's format
             passes.append(export_cfg)
+    _check_suffix(out, passes[-1])
     with tempfile.TemporaryDirectory() as work:
         ctx = PassContext(workdir=Path(work), calibration=calib, example_input=example, seed=seed,
                           sensitivity=sensitivity, progress=progress, train_data=train)
@@ -266,6 +267,20 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
                 raise
             unscored = f"{e.problem} ({e.fix})" if e.fix else e.problem  # e.g. an RWKV checkpoint given no text
     return QuantizeResult(out, report_path, reports, evaluation, unscored)
+
+
+FILE_SUFFIXES = {"onnx": (".onnx",), "netx": (".net", ".h5"), "nir": (".nir",), "rwkv-c": (".rwkvc.npz",)}
+
+
+def _check_suffix(out: Path, last) -> None:
+    """An output named for another format (an ONNX graph in ``q.pth``) is refused before any work."""
+    suffixes = FILE_SUFFIXES.get(last.output_format)
+    if suffixes and not out.name.endswith(suffixes):
+        pth = (" (an RWKV model's quantized .pth comes from `edgesmith deploy`; `edgesmith export` makes an official "
+               ".pth of it)") if out.suffix == ".pth" else ""
+        raise EdgesmithError(f"{out.name}: the last pass, {last.kind}, writes a file of format "
+                             f"{last.output_format!r}, which that name does not say.",
+                             f"name the output {out.stem}{suffixes[0]}{pth}.")
 
 
 def _checked_calibration(calibration):

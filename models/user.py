@@ -92,8 +92,9 @@ class UserModel(Producer):
     def _data(self, which: TensorData | None) -> TensorData:
         data = which or self.calibration or self.evaluation
         if data is None:
+            forms = "UTF-8 text or a folder of .txt files" if self.kind == "token-lm" else ".npy, .npz or a folder"
             raise EdgesmithError(f"{self.name} has no data to run on.",
-                                 "pass --calibration-data and/or --eval-data (.npy, .npz or a folder).")
+                                 f"pass --calibration-data and/or --eval-data ({forms}).")
         return data
 
     def _as_feed(self, d: dict):

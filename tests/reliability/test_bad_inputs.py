@@ -169,6 +169,13 @@ CASES = [
          "--option vq_form would be ignored", check=_nothing("o.pth")),
     Case("export to .onnx with --dtype", lambda t: _rwkv_export(t, "o.onnx", "--dtype", "bf16"),
          "--dtype bf16 would be ignored", check=_nothing("o.onnx")),
+    Case("RWKV checkpoint without any text", lambda t: (_rwkv_text(t, ""), ["quantize", t / "m.pth", "--pass",
+                                                                            "rwkv-rtn", "--out", t / "q.onnx"])[1],
+         "--eval-data (UTF-8 text or a folder of .txt files)", check=_nothing("q.onnx")),
+    Case("quantize output named for another format",
+         lambda t: (_rwkv_text(t, ""), ["quantize", t / "m.pth", "--pass", "rwkv-rtn", "--calibration-data",
+                                         t / "cal.txt", "--out", t / "q.pth"])[1],
+         "writes a file of format 'onnx'", check=_nothing("q.pth", "q.pth.report.json")),
 ]
 
 
