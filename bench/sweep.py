@@ -108,6 +108,9 @@ def load_sweep(path: str | os.PathLike) -> tuple[dict, list[Cell]]:
                                  "use a path for out and whole numbers >= 0 for workers and threads_per_cell.")
     if not isinstance(listed, list) or not all(isinstance(c, dict) for c in listed):
         raise EdgesmithError(f"sweep recipe {p}: cell must be a list of [[cell]] tables.", "write each as [[cell]].")
+    if "deploy" in data or any("deploy" in c for c in listed):  # a deploy recipe's list: a sweep would skip it
+        raise EdgesmithError(f"sweep recipe {p}: [[deploy]] tables list the deploys of `edgesmith deploy --recipe`; "
+                             "a sweep does not run them.", "write each as a [[cell]] table, or vary keys in [grid].")
     check_deploy_table(data, f"sweep recipe {p}")
     axes = _flatten(grid)
     for k, v in axes.items():

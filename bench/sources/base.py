@@ -141,7 +141,8 @@ def resolve_model(spec: str, request: UserRequest, *, seed: int = 0):
     if p.exists():
         raise EdgesmithError(f"{spec} is not a model file edgesmith can read.",
                              f"give an ONNX file, file.py:factory, a TorchScript (.pt) or torch.export (.pt2) file, an "
-                             f"RWKV .pth checkpoint or a saved tree ensemble (.npz); sources: {', '.join(names)}.")
+                             f"RWKV .pth checkpoint, a saved tree ensemble (.npz), a netx network (.net/.h5) or a NIR "
+                             f"graph (.nir); sources: {', '.join(names)}.")
     raise EdgesmithError(f"unknown model {spec!r}: neither a registered producer nor a file.",
                          f"use a producer name (see `edgesmith models`) or a path; sources: {', '.join(names)}.")
 

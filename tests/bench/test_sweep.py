@@ -54,6 +54,9 @@ def test_a_grid_and_a_cell_list_cross_into_one_deploy_table_per_cell(tmp_path):
     (FAST + "[grid.bench]\nreps = [\"many\"]\n", "reps"),
     (FAST + "[grid]\nseed = [0, 0]\n", "two cells deploy the same thing"),
     (FAST + "[grid.options]\nno_such_option = [1]\n", "no_such_option"),
+    # a deploy recipe's [[deploy]] list was skipped without a word, the sweep running only the top level
+    (FAST + '[[deploy]]\nmodel = "digits-wide"\n', "a sweep does not run them"),
+    (FAST + '[[cell]]\nseed = 1\n[[cell.deploy]]\nmodel = "digits-wide"\n', "a sweep does not run them"),
 ])
 def test_a_bad_sweep_recipe_is_one_clear_error_before_any_cell_runs(tmp_path, capsys, body, needle):
     code, _, err = run_cli(capsys, "sweep", _recipe(tmp_path, body), "--out", tmp_path / "out")
