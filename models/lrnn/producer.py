@@ -84,10 +84,15 @@ class LrnnDenoiser(Producer):
     def use_user_data(self, calibration_data=None, eval_data=None) -> list[str] | None:
         """The user's audio: folders of WAV files (``models/lrnn/audio.py``) replace the test split (scored by
         SI-SNR against their clean/ files) and the calibration clips. None when neither path is such a folder."""
+        from pathlib import Path
+
         from edgesmith.common import EdgesmithError
         from edgesmith.models.lrnn.audio import is_wav_folder, load_wav_folder
 
-        if not any(p and is_wav_folder(p) for p in (calibration_data, eval_data)):
+        def audio(p):  # a WAV folder, or a folder with no arrays either: its error should speak of WAV files
+            return p and (is_wav_folder(p) or (Path(p).is_dir() and not any(Path(p).glob("*.np[yz]"))))
+
+        if not any(audio(p) for p in (calibration_data, eval_data)):
             return None
         notes, splits = [], dict(self.splits())
         if eval_data:

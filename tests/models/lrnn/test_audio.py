@@ -80,6 +80,11 @@ def test_deploy_scores_the_users_wavs(capsys, wav_dir, tmp_path):
     code = main(["deploy", "lrnn-denoiser", "--model-option", "tiny=true", "--target", "host-cpu",
                  "--eval-data", str(wav_dir / "noisy"), "--out", str(tmp_path / "r2")])
     assert code == 2 and "clean/" in capsys.readouterr().err  # noisy clips alone cannot be scored
+    # an empty folder: the denoiser reads WAV folders, so that is what the error asks for (not .npy files)
+    (tmp_path / "empty").mkdir()
+    code = main(["deploy", "lrnn-denoiser", "--model-option", "tiny=true", "--target", "host-cpu",
+                 "--eval-data", str(tmp_path / "empty"), "--out", str(tmp_path / "r3")])
+    assert code == 2 and "holds no .wav files" in capsys.readouterr().err and not (tmp_path / "r3").exists()
 
 
 def test_clips_of_other_lengths_run_through_the_fixed_point_variant_too(capsys, denoiser, tmp_path):
