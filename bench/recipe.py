@@ -18,7 +18,9 @@ A deploy recipe::
 
 A demo or study recipe lists several deploys as ``[[deploy]]`` tables; each takes the same keys and
 inherits the top level's. Every value is checked for its type here, so ``reps = "many"`` or
-``plan = 3`` is one clear error before anything is built.
+``plan = 3`` is one clear error before anything is built. A relative input path (a model file, the data files)
+is read from the recipe's folder, so a recipe runs the same from any folder; ``out`` stays relative to the folder
+edgesmith runs in.
 """
 from __future__ import annotations
 
@@ -84,7 +86,8 @@ def read_toml(p: Path, what: str = "recipe") -> dict:
 
 
 def load_recipe(path: str | None) -> dict:
-    """The recipe at ``path`` (empty without one), schema-checked, ``[[deploy]]`` tables included."""
+    """The recipe at ``path`` (empty without one), schema-checked, ``[[deploy]]`` tables included, its relative
+    input paths read from its folder (``anchored``)."""
     if not path:
         return {}
     p = Path(path)
@@ -97,7 +100,31 @@ def load_recipe(path: str | None) -> dict:
         if "deploy" in d:
             raise EdgesmithError(f"recipe {p}: [[deploy]] {i + 1} holds another deploy list.", "keep the list flat.")
         check_deploy_table(d, f"recipe {p} [[deploy]] {i + 1}")
+    data = anchored(data, p.parent)
+    if deploys:
+        data["deploy"] = [anchored(d, p.parent) for d in deploys]
     return data
+
+
+INPUT_PATHS = ("calibration_data", "train_data", "eval_data", "labels")
+
+
+def anchored(table: dict, folder: Path) -> dict:
+    """A copy of a (checked) deploy table whose relative input paths, the model file (``net.py`` of
+    ``net.py:make`` too) and ``INPUT_PATHS``, are joined to ``folder``, the recipe's; a producer name is left as
+    it is."""
+    from edgesmith.models import producer_names
+
+    out = dict(table)
+    model = out.get("model")
+    if model and model not in producer_names():
+        stem, sep, factory = model.rpartition(":") if ".py:" in model else (model, "", "")
+        if not Path(stem).is_absolute():
+            out["model"] = str(folder / stem) + sep + factory
+    for key in INPUT_PATHS:
+        if out.get(key) and not Path(out[key]).is_absolute():
+            out[key] = str(folder / out[key])
+    return out
 
 
 def merged(base: dict, over: dict) -> dict:

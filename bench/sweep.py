@@ -39,7 +39,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from edgesmith import __version__
-from edgesmith.bench.recipe import check_deploy_table, deploy_options, merged, read_toml
+from edgesmith.bench.recipe import anchored, check_deploy_table, deploy_options, merged, read_toml
 from edgesmith.common import EdgesmithError, atomic_path, write_json
 
 SWEEP = {"out": str, "workers": int, "threads_per_cell": int}
@@ -127,7 +127,7 @@ def load_sweep(path: str | os.PathLike) -> tuple[dict, list[Cell]]:
                 _set_dotted(spec, k, v)
             params = {**own, **combo}
             where = f"sweep recipe {p} cell {len(cells) + 1} ({', '.join(f'{k}={v}' for k, v in params.items())})"
-            check_deploy_table(spec, where)
+            spec = anchored(check_deploy_table(spec, where), p.parent)  # input paths: from the recipe's folder
             for k in ("model", "target"):
                 if not spec.get(k):
                     raise EdgesmithError(f"{where}: no {k}.", f"set {k} at the top level, in [grid] or in each [[cell]].")
