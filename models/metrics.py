@@ -40,24 +40,29 @@ def _logits(outputs) -> np.ndarray:
     return out.reshape(out.shape[0], -1) if out.ndim > 2 else out
 
 
-def _labels(labels, n: int) -> np.ndarray:
+def _labels(labels, n: int, classes: int) -> np.ndarray:
     y = np.asarray(labels)
     if y.ndim != 1 or len(y) != n or not np.issubdtype(y.dtype, np.integer):
         raise EdgesmithError(f"labels have shape {y.shape} and dtype {y.dtype}; this metric needs one integer class "
                              f"per evaluation sample ({n}).", "give labels as an int array of shape (samples,).")
+    if n and (y.min() < 0 or y.max() >= classes):  # the argmax never equals such a label: the score would be wrong
+        raise EdgesmithError(f"labels run from {y.min()} to {y.max()}, but the model outputs {classes} class score(s), "
+                             f"so a class id must be 0 to {classes - 1}.",
+                             "give class ids that index the model's outputs (a one-logit binary model: use --metric "
+                             "mse on 0/1 targets, or output two scores).")
     return y
 
 
 def accuracy(outputs, labels) -> tuple[float, dict]:
     out = _logits(outputs)
-    y = _labels(labels, len(out))
+    y = _labels(labels, len(out), out.shape[1])
     return float(np.mean(out.argmax(axis=1) == y)), {}
 
 
 def top_k(k: int):
     def fn(outputs, labels) -> tuple[float, dict]:
         out = _logits(outputs)
-        y = _labels(labels, len(out))
+        y = _labels(labels, len(out), out.shape[1])
         if k > out.shape[1]:
             raise EdgesmithError(f"top{k} needs at least {k} classes; the model outputs {out.shape[1]}.",
                                  "use a smaller k (top1 is accuracy).")

@@ -365,3 +365,11 @@ def test_metric_and_label_mistakes_are_user_errors(capsys, files, tmp_path):
     code, _, err = run_cli(capsys, "deploy", files / "mlp.onnx", "--target", "host-cpu", "--model-option", "colour=1",
                            "--out", tmp_path / "r")
     assert_user_error(code, err, "no option(s) colour")
+    # class ids the model's 5 outputs cannot be: the argmax never matches them, so accuracy would be silently low
+    np.save(tmp_path / "x.npy", np.load(files / "calib.npy"))
+    for bad in (np.full(64, -1), np.full(64, 5)):
+        np.save(tmp_path / "y.npy", bad.astype(np.int64))
+        code, _, err = run_cli(capsys, "deploy", files / "mlp.onnx", "--target", "host-cpu", "--eval-data",
+                               tmp_path / "x.npy", "--labels", tmp_path / "y.npy", "--out", tmp_path / "r")
+        assert_user_error(code, err, "a class id must be 0 to 4")
+        assert not (tmp_path / "r").exists()
