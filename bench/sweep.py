@@ -39,11 +39,10 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from edgesmith import __version__
-from edgesmith.bench.recipe import anchored, check_deploy_table, deploy_options, merged, read_toml
+from edgesmith.bench.recipe import INPUT_PATHS, anchored, check_deploy_table, deploy_options, merged, read_toml
 from edgesmith.common import EdgesmithError, atomic_path, write_json
 
 SWEEP = {"out": str, "workers": int, "threads_per_cell": int}
-PATH_KEYS = ("calibration_data", "train_data", "eval_data", "labels")
 MARKER = ".edgesmith-sweep"
 RECIPES = Path(__file__).resolve().parent / "recipes" / "sweeps"  # the sweeps shipped with the repository
 COSTS = (("size_bytes", "size (bytes)"), ("latency_s", "batch-1 p50 latency (s)"),
@@ -173,7 +172,7 @@ def _absolute_paths(spec: dict) -> dict:
     if path is not None:
         spec["model"] = str(path.resolve()) + spec["model"][len(spec["model"].rsplit(":", 1)[0]):] \
             if ".py:" in spec["model"] else str(path.resolve())
-    for k in PATH_KEYS:
+    for k in INPUT_PATHS:
         if k in spec and Path(spec[k]).exists():
             spec[k] = str(Path(spec[k]).resolve())
     return spec
@@ -211,7 +210,7 @@ def cell_key(spec: dict, hashed: dict | None = None) -> str:
     cells of one recipe, keyed at one moment, hash a shared file once."""
     files = {}
     model = _model_path(spec["model"])
-    named = [(k, Path(spec[k])) for k in PATH_KEYS if k in spec]
+    named = [(k, Path(spec[k])) for k in INPUT_PATHS if k in spec]
     weights = [(f"weights:{p.name}", p) for p in ([] if model is not None else _producer_weight_files(spec))]
     for name, path in [("model", model)] + named + weights:
         if path is not None and path.exists():
