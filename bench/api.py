@@ -153,6 +153,14 @@ def _export_official_rwkv(producer, out: Path, dtype, force: bool) -> Path:
     return save_rwkv(dequantized_model(module), out, dtype=dtype, force=force)
 
 
+def is_model_file(model: str) -> bool:
+    """Whether ``quantize`` reads ``model`` through the model source that ``deploy`` uses for it (an RWKV .pth,
+    ``file.py:factory``, ...), data files included: neither an ONNX file nor a producer name."""
+    from edgesmith.models import producer_names
+
+    return not str(model).endswith(".onnx") and str(model) not in producer_names()
+
+
 @dataclasses.dataclass
 class QuantizeResult:
     """What ``quantize`` wrote: the file, its report, and the metric of the written file (not for an ONNX file;
@@ -184,7 +192,6 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
     from edgesmith.bench.deploy import _artifact_scorer, predictor, source_artifact
     from edgesmith.compress import Artifact, PassContext, config_from_dict, run_passes
     from edgesmith.compress.base import INIT_SUFFIX, first_samples
-    from edgesmith.models import producer_names
     from edgesmith.runtimes import get_runtime, runtime_for
 
     out = Path(out)
@@ -198,7 +205,7 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
     calib = _checked_calibration(calibration)
     producer = None
     onnx_file = str(model).endswith(".onnx")
-    user_file = not onnx_file and str(model) not in producer_names()
+    user_file = is_model_file(model)
     if eval_data is not None and not user_file:
         what = ("an ONNX file, whose written file quantize does not score" if onnx_file
                 else "a producer, scored on its own held-out data")

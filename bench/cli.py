@@ -120,10 +120,8 @@ def cmd_denoise(args) -> int:
 
 
 def cmd_quantize(args) -> int:
-    from edgesmith.models import producer_names
-
     # a model file other than ONNX reads its data files through its own source (text for an RWKV checkpoint)
-    user_file = not args.model.endswith(".onnx") and args.model not in producer_names()
+    user_file = api.is_model_file(args.model)
     res = api.quantize(args.model, args.pass_kind, out=args.out, options=parse_key_values(args.option, "--option"),
                        calibration=None if user_file else _load_calibration(args.calibration_data),
                        calibration_data=args.calibration_data if user_file else None, eval_data=args.eval_data,
