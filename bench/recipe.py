@@ -109,21 +109,25 @@ def load_recipe(path: str | None) -> dict:
 INPUT_PATHS = ("calibration_data", "train_data", "eval_data", "labels")
 
 
-def anchored(table: dict, folder: Path) -> dict:
+def anchored(table: dict, folder: Path, resolve: bool = False) -> dict:
     """A copy of a (checked) deploy table whose relative input paths, the model file (``net.py`` of
     ``net.py:make`` too) and ``INPUT_PATHS``, are joined to ``folder``, the recipe's; a producer name is left as
-    it is."""
+    it is. ``resolve`` also makes the paths that exist absolute (a sweep's worker may start in another folder)."""
+    from edgesmith.bench.sources.torch_factory import split_factory
     from edgesmith.models import producer_names
+
+    def place(path: str) -> str:
+        joined = path if Path(path).is_absolute() else str(folder / path)
+        return str(Path(joined).resolve()) if resolve and Path(joined).exists() else joined
 
     out = dict(table)
     model = out.get("model")
     if model and model not in producer_names():
-        stem, sep, factory = model.rpartition(":") if ".py:" in model else (model, "", "")
-        if not Path(stem).is_absolute():
-            out["model"] = str(folder / stem) + sep + factory
+        stem, factory = split_factory(model)
+        out["model"] = place(stem) + factory
     for key in INPUT_PATHS:
-        if out.get(key) and not Path(out[key]).is_absolute():
-            out[key] = str(folder / out[key])
+        if out.get(key):
+            out[key] = place(out[key])
     return out
 
 

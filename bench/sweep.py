@@ -126,11 +126,11 @@ def load_sweep(path: str | os.PathLike) -> tuple[dict, list[Cell]]:
                 _set_dotted(spec, k, v)
             params = {**own, **combo}
             where = f"sweep recipe {p} cell {len(cells) + 1} ({', '.join(f'{k}={v}' for k, v in params.items())})"
-            spec = anchored(check_deploy_table(spec, where), p.parent)  # input paths: from the recipe's folder
+            spec = anchored(check_deploy_table(spec, where), p.parent, resolve=True)  # from the recipe's folder
             for k in ("model", "target"):
                 if not spec.get(k):
                     raise EdgesmithError(f"{where}: no {k}.", f"set {k} at the top level, in [grid] or in each [[cell]].")
-            cells.append(Cell(len(cells), params, _absolute_paths(spec)))
+            cells.append(Cell(len(cells), params, spec))
     threads = threads_per_cell(settings)
     hashed: dict = {}  # each file hashed once for all the cells (they share the weights: 40 MB x 42 cells)
     for c in cells:  # the threads a cell is measured with are part of what it is (and of its key)
@@ -160,22 +160,10 @@ def _check_cell(spec: dict) -> None:
 
 
 def _model_path(model: str) -> Path | None:
-    stem = model.rsplit(":", 1)[0] if ".py:" in model else model
-    path = Path(stem)
+    from edgesmith.bench.sources.torch_factory import split_factory
+
+    path = Path(split_factory(model)[0])
     return path if path.exists() else None
-
-
-def _absolute_paths(spec: dict) -> dict:
-    """Paths a cell names, made absolute: a worker (a Ray task, say) may start in another folder."""
-    spec = dict(spec)
-    path = _model_path(spec["model"])
-    if path is not None:
-        spec["model"] = str(path.resolve()) + spec["model"][len(spec["model"].rsplit(":", 1)[0]):] \
-            if ".py:" in spec["model"] else str(path.resolve())
-    for k in INPUT_PATHS:
-        if k in spec and Path(spec[k]).exists():
-            spec[k] = str(Path(spec[k]).resolve())
-    return spec
 
 
 def _fingerprint(path: Path) -> str:

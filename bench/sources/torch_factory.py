@@ -159,6 +159,15 @@ def _export(model, args, path, names, out_names, dynamo: bool) -> None:
                           opset_version=17, dynamo=False)
 
 
+FACTORY_SPEC = re.compile(r"(.+\.py)(:[A-Za-z_]\w*)")
+
+
+def split_factory(spec: str) -> tuple[str, str]:
+    """``("net.py", ":make")`` for ``net.py:make``; ``(spec, "")`` for any other model (a file or a name)."""
+    m = FACTORY_SPEC.fullmatch(spec)
+    return (m.group(1), m.group(2)) if m else (spec, "")
+
+
 def load_factory(spec: str, seed: int = 0):
     """The module ``factory()`` of ``file.py:factory`` returns, imported from the file (not installed). torch's
     generator is seeded with ``seed`` around the import and the call (and restored after), so a factory that
@@ -201,7 +210,7 @@ class TorchFactorySource(ModelSource):
     options_help = "the ONNX source's options (kind, frame_seconds, state)"
 
     def matches(self, spec: str) -> bool:
-        return bool(re.fullmatch(r".+\.py:[A-Za-z_]\w*", spec))
+        return bool(FACTORY_SPEC.fullmatch(spec))
 
     def load(self, spec: str, request: UserRequest):
         import torch

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -53,3 +54,18 @@ def test_a_sweep_recipes_cells_read_their_model_file_from_the_recipes_folder(tmp
     monkeypatch.chdir(tmp_path)
     _, cells = load_sweep(folder / "s.toml")
     assert sorted(c.spec["model"] for c in cells) == sorted([str((folder / "m.onnx").resolve()), "digits-mlp"])
+
+
+def test_a_sweep_cells_input_paths_are_absolute_even_for_a_relative_recipe_path_and_a_factory(tmp_path, monkeypatch):
+    folder, data = tmp_path / "study", tmp_path / "data"
+    folder.mkdir()
+    data.mkdir()
+    (folder / "net.py").write_text("import torch\n\ndef make():\n    return torch.nn.Linear(8, 3)\n")
+    np.save(data / "x.npy", np.zeros((4, 8), np.float32))
+    (folder / "s.toml").write_text('target = "host-cpu"\neval_data = "../data/x.npy"\nlabels = "../data/none.npy"\n'
+                                   '[grid]\nmodel = ["net.py:make"]\n')
+    monkeypatch.chdir(tmp_path)  # a worker that starts elsewhere must still find the files: they are absolute
+    _, (cell,) = load_sweep("study/s.toml")
+    assert cell.spec["model"] == f"{(folder / 'net.py').resolve()}:make"
+    assert cell.spec["eval_data"] == str((data / "x.npy").resolve())
+    assert cell.spec["labels"] == str(Path("study") / ".." / "data" / "none.npy")  # a missing file: deploy names it
