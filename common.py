@@ -35,6 +35,10 @@ class EdgesmithError(Exception):
         super().__init__(problem if not fix else f"{problem} Fix: {fix}")
 
 
+class NoEvaluationData(EdgesmithError):
+    """A user's model was given no data to score on: ``quantize`` still writes its file and says why it is unscored."""
+
+
 def import_modules(names) -> None:
     """Import each named module once: how the registries load their entries on first use."""
     import importlib

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgesmith.common import EdgesmithError, atomic_files, atomic_path
+from edgesmith.common import EdgesmithError, NoEvaluationData, atomic_files, atomic_path
 
 
 def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, options: dict | None = None,
@@ -269,10 +269,10 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
         try:
             evaluation = producer.evaluate(predictor(rt, written))
             evaluation.extra["runtime"] = rt.name
-        except EdgesmithError as e:
-            if not user_file:
-                raise
-            unscored = f"{e.problem} ({e.fix})" if e.fix else e.problem  # e.g. an RWKV checkpoint given no text
+        except NoEvaluationData as e:  # e.g. an RWKV checkpoint given calibration text only
+            unscored = f"{e.problem} ({e.fix})" if e.fix else e.problem
+        except EdgesmithError as e:  # the file is whole; its score is what failed, and that is no success
+            raise EdgesmithError(f"{out} was written, but scoring it failed: {e.problem}", e.fix) from None
     return QuantizeResult(out, report_path, reports, evaluation, unscored)
 
 

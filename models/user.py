@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from edgesmith.common import EdgesmithError
+from edgesmith.common import EdgesmithError, NoEvaluationData
 from edgesmith.models.base import Evaluation, Metric, Producer
 from edgesmith.models.metrics import get_metric
 from edgesmith.models.user_data import TensorData, TensorSpec
@@ -93,7 +93,7 @@ class UserModel(Producer):
         data = which or self.calibration or self.evaluation
         if data is None:
             forms = "UTF-8 text or a folder of .txt files" if self.kind == "token-lm" else ".npy, .npz or a folder"
-            raise EdgesmithError(f"{self.name} has no data to run on.",
+            raise NoEvaluationData(f"{self.name} has no data to run on.",
                                  f"pass --calibration-data and/or --eval-data ({forms}).")
         return data
 
@@ -174,6 +174,6 @@ class UserModel(Producer):
 
     def eval_windows(self) -> np.ndarray:
         if self.eval_windows_ is None:
-            raise EdgesmithError(f"{self.name} needs evaluation text to score perplexity.",
+            raise NoEvaluationData(f"{self.name} needs evaluation text to score perplexity.",
                                  "pass --eval-data FILE.txt (UTF-8) or a folder of .txt files.")
         return self.eval_windows_

@@ -11,6 +11,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
+from edgesmith.common import EdgesmithError
 from cli_helpers import assert_user_error, run_cli
 
 FAST = ("--reps", "5", "--warmup", "1", "--quiet")
@@ -267,6 +268,21 @@ def test_quantize_takes_an_rwkv_checkpoint_with_its_text_and_writes_an_unscored_
                            "--out", tmp_path / "d.onnx")
     assert_user_error(code, err, "digits-mlp is a producer", "edgesmith deploy digits-mlp --eval-data")
     assert not (tmp_path / "d.onnx").exists()
+
+
+def test_quantize_reports_a_scoring_failure_of_the_written_file_as_an_error_not_as_unscored(
+        capsys, files, tmp_path, monkeypatch):
+    from edgesmith.models.user import UserModel
+
+    def broken(self, predict):  # as a quantized model whose outputs the metric refuses would fail
+        raise EdgesmithError("the metric refused the outputs.", "check the model.")
+
+    monkeypatch.setattr(UserModel, "evaluate", broken)
+    (tmp_path / "net.py").write_text("import torch\n\ndef make():\n    return torch.nn.Linear(20, 4)\n")
+    code, out, err = run_cli(capsys, "quantize", f"{tmp_path / 'net.py'}:make", "--pass", "int8-qdq",
+                             "--calibration-data", files / "calib.npy", "--out", tmp_path / "q.onnx", "--quiet")
+    assert_user_error(code, err, f"{tmp_path / 'q.onnx'} was written, but scoring it failed: the metric refused")
+    assert "not scored" not in out
 
 
 def test_a_torch_model_the_exporter_cannot_handle_is_refused_naming_the_operator(capsys, files, tmp_path):
