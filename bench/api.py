@@ -191,7 +191,7 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
     """
     from edgesmith.bench.deploy import _artifact_scorer, predictor, source_artifact
     from edgesmith.compress import Artifact, PassContext, config_from_dict, run_passes
-    from edgesmith.compress.base import INIT_SUFFIX, first_samples
+    from edgesmith.compress.base import INIT_SUFFIX, first_samples, pass_config_type, pass_kinds
     from edgesmith.runtimes import get_runtime, runtime_for
 
     out = Path(out)
@@ -242,6 +242,10 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
             export_cfg.output_format == config.input_format else [config]
         if passes[-1].output_format == "torch":  # e.g. pruning or an RWKV quantizer: write it in the kind's format
             passes.append(export_cfg)
+    if passes[0].input_format != art.format:  # before any work: e.g. an RWKV quantizer given an ONNX classifier
+        takes = [k for k in pass_kinds() if pass_config_type(k).input_format == art.format]
+        raise EdgesmithError(f"pass {config.kind!r} takes a {config.input_format} model; {model} is read as "
+                             f"{art.format} here.", f"use a pass that takes {art.format}: {', '.join(takes)}.")
     _check_suffix(out, passes[-1])
     with tempfile.TemporaryDirectory() as work:
         ctx = PassContext(workdir=Path(work), calibration=calib, example_input=example, seed=seed,

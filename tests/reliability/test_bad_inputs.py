@@ -146,6 +146,9 @@ CASES = [
          check=_nothing("q.onnx")),
     Case("calibration of the wrong shape", lambda t: _quantize(t, np.zeros((4, 9), np.float32)),
          "input 'x' has shape (4, 9)", check=_nothing("q.onnx")),
+    Case("an RWKV quantizer on an ONNX classifier", lambda t: [a if a != "int8-qdq" else "rwkv-gptq"
+                                                               for a in _quantize(t, np.zeros((4, 8), np.float32))],
+         "pass 'rwkv-gptq' takes a torch model", check=_nothing("q.onnx")),
     Case("unknown model option lists the valid ones", lambda t: ["deploy", "lrnn-denoiser", "--target", "host-cpu",
                                                                  "--model-option", "colour=1", "--out", t / "r"],
          "takes: tiny=False, width=None, epochs=None", check=_nothing("r")),
