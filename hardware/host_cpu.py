@@ -1,12 +1,14 @@
 """The CPU of this machine: latency is measured here, energy is estimated from a cited model.
 
-The CPU is identified at run time from /proc/cpuinfo. On the development VM the model string is
-just "AMD EPYC" (family 25, model 17: a Zen 4 "Genoa" EPYC 9004 part); the cloud hides the SKU, so
-the per-core power and clock coefficients assume the EPYC 9654 (96 cores, 360 W default TDP), the
-flagship general-purpose Genoa part. That assumption is stated in every estimate.
+The CPU is identified at run time from /proc/cpuinfo, and its package coefficients (TDP, cores, clock, vector
+width, DRAM bandwidth) come from the profile that matches its vendor, family and model (``CPU_PROFILES``).
+Cloud VMs hide the SKU: each profile names the part it assumes and why, and every estimate states it. The
+development VMs were a 2-core "AMD EPYC" (family 25, model 17: Zen 4 "Genoa", assumed EPYC 9654) and then a
+2-vCPU "Intel Xeon Processor" (family 6, model 207: 5th-gen "Emerald Rapids" with a 300 MB L3, assumed Xeon
+Platinum 8580). A CPU no profile matches is costed with the Genoa profile, and the estimate says so.
 
 Energy = dynamic (op and byte counts x Horowitz 45 nm per-operation energies, NOT scaled to the
-5 nm node, so this part is an overestimate) + the package-power share of the cores in use x time.
+real node, so this part is an overestimate) + the package-power share of the cores in use x time.
 The package share uses TDP / cores, a thermal design figure rather than a measured draw: read the
 static part as an upper-leaning estimate. Time is the measured latency when the workload carries
 one, else a roofline over the cores in use.
@@ -14,6 +16,7 @@ one, else a roofline over the cores in use.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from edgesmith.hardware.base import (
@@ -27,8 +30,63 @@ EPYC_9654 = ("AMD EPYC 9654 product specifications, amd.com (4th Gen EPYC 9004 '
              "96 cores, 2.4 GHz base, 360 W default TDP, 12 channels DDR5-4800")
 ZEN4_SOG = ("AMD, Software Optimization Guide for the AMD Zen4 Microarchitecture (pub. 57647, 2023), "
             "floating-point unit: two 256-bit FMA pipes, 512-bit ops issued as two halves")
-SKU_NOTE = ("assumed SKU: the real one is unknown (the VM reports only the model string); EPYC 9654 chosen "
-            "as the flagship general-purpose Zen 4 part matching the reported family/model")
+XEON_8580 = ("Intel Xeon Platinum 8580 Processor (300M Cache, 2.00 GHz), ark.intel.com (5th Gen Xeon Scalable "
+             "'Emerald Rapids', launched Q4 2023): 60 cores, 2.0 GHz base, 350 W TDP, 8 channels DDR5-5600")
+INTEL_OPT = ("Intel 64 and IA-32 Architectures Optimization Reference Manual (vol. 1, Golden Cove server core, as "
+             "in Raptor Cove): two 512-bit FMA units (ports 0 and 5); AVX-512 VNNI VPDPBUSD on both")
+
+
+@dataclass(frozen=True)
+class CpuProfile:
+    """The package figures of the part a detected CPU is assumed to be, with their sources."""
+
+    part: str
+    source: str
+    vector_source: str
+    assumption: str
+    tdp_w: float
+    cores: int
+    base_clock_ghz: float
+    fp32_macs_per_cycle: float
+    int8_macs_per_cycle: float
+    int8_note: str
+    dram_bandwidth_gbs: float
+    dram_note: str
+
+    def matches(self, cpu: dict) -> bool:
+        return any(cpu.get("vendor") == v and cpu.get("family") == f and cpu.get("model") in models
+                   for v, f, models in self.signatures)
+
+    signatures: tuple = ()  # (vendor_id, cpu family, model numbers)
+
+
+CPU_PROFILES = (
+    CpuProfile("AMD EPYC 9654", EPYC_9654, ZEN4_SOG,
+               "assumed SKU AMD EPYC 9654: the VM reports only the model string; the 9654 is the flagship "
+               "general-purpose Zen 4 part of the reported family/model",
+               360.0, 96, 2.4, 16.0, 64.0, "AVX-512 VNNI VPDPBUSD does 4 int8 products per 32-bit lane (Intel SDM "
+               "vol. 2); derived: 4 x fp32 rate", 460.8, "12 x DDR5-4800 x 8 B per socket",
+               signatures=(("AuthenticAMD", 25, tuple(range(0x10, 0x20))),)),
+    CpuProfile("Intel Xeon Platinum 8580", XEON_8580, INTEL_OPT,
+               "assumed SKU Intel Xeon Platinum 8580: the VM reports only 'Intel(R) Xeon(R) Processor'; family 6 "
+               "model 207 is Emerald Rapids, and the 8580 is a general-purpose part with the 300 MB L3 the VM "
+               "reports (other SKUs share it)",
+               350.0, 60, 2.0, 32.0, 128.0, "2 ports x 16 lanes x 4 int8 products (VPDPBUSD zmm); AMX tiles, "
+               "which onnxruntime may use for int8 GEMMs, are not counted, so int8 compute is upper-leaning",
+               358.4, "8 x DDR5-5600 x 8 B per socket",
+               signatures=(("GenuineIntel", 6, (207,)),)),
+)
+
+
+def cpu_profile(cpu: dict) -> tuple[CpuProfile, str]:
+    """The profile of ``cpu`` (``cpu_identity()``) and the assumption to state with its figures; a CPU no profile
+    matches gets the first one, and the assumption says that it is a stand-in."""
+    for profile in CPU_PROFILES:
+        if profile.matches(cpu):
+            return profile, profile.assumption
+    stand_in = CPU_PROFILES[0]
+    return stand_in, (f"no coefficient profile matches this CPU ({cpu.get('model_name')}, vendor {cpu.get('vendor')}, "
+                      f"family {cpu.get('family')}, model {cpu.get('model')}): the {stand_in.part} figures stand in")
 
 
 def cpu_identity(path: str = "/proc/cpuinfo") -> dict:
@@ -64,10 +122,13 @@ class HostCpuCostModel(CostModel):
 
     name = "host-cpu-horowitz45nm+tdp-share"
 
-    def __init__(self, cores: int | None = None):
+    def __init__(self, cores: int | None = None, cpu: dict | None = None):
         self.cores = int(cores or os.cpu_count() or 1)
         if self.cores < 1:
             raise EdgesmithError(f"cores is {cores}; it must be at least 1.", "pass the number of cores in use.")
+        self.cpu = cpu if cpu is not None else cpu_identity()
+        self.profile, self.assumption = cpu_profile(self.cpu)
+        p, sku = self.profile, self.assumption
         self._coefficients = {c.name: c for c in (
             Coefficient("fp32_mult_pj", 3.7, "pJ", HOROWITZ, "32-bit float multiply; unscaled 45 nm value"),
             Coefficient("fp32_add_pj", 0.9, "pJ", HOROWITZ, "32-bit float add; unscaled 45 nm value"),
@@ -75,20 +136,19 @@ class HostCpuCostModel(CostModel):
                         "unpacked to int8 for the product, so int4 uses it too"),
             Coefficient("int32_add_pj", 0.1, "pJ", HOROWITZ, "32-bit integer add: the int8 dot-product "
                         "accumulator is 32-bit"),
-            Coefficient("sram_read_64b_pj", 20.0, "pJ", HOROWITZ, "64-bit read from a 32 KB SRAM (Zen 4 L1D "
-                        "is 32 KB); charged per activation byte / 8"),
+            Coefficient("sram_read_64b_pj", 20.0, "pJ", HOROWITZ, "64-bit read from a 32 KB SRAM (the table's entry "
+                        "closest to a 32-48 KB L1D); charged per activation byte / 8"),
             Coefficient("dram_read_64b_pj", 1300.0, "pJ", HOROWITZ, "64-bit DRAM read, lower end of the "
                         "1.3-2.6 nJ range (newer DRAM is cheaper); weights charged once per call"),
-            Coefficient("package_tdp_w", 360.0, "W", EPYC_9654, SKU_NOTE),
-            Coefficient("cores_per_package", 96.0, "cores", EPYC_9654, SKU_NOTE),
-            Coefficient("base_clock_ghz", 2.4, "GHz", EPYC_9654, "roofline only (no measured latency)"),
-            Coefficient("fp32_macs_per_cycle", 16.0, "MAC/cycle/core", ZEN4_SOG,
-                        "2 FMA pipes x 8 fp32 lanes; roofline only"),
-            Coefficient("int8_macs_per_cycle", 64.0, "MAC/cycle/core",
-                        ZEN4_SOG + "; AVX-512 VNNI VPDPBUSD does 4 int8 products per 32-bit lane "
-                        "(Intel SDM vol. 2)", "derived: 4 x fp32 rate; roofline only"),
-            Coefficient("dram_bandwidth_gbs", 460.8, "GB/s", EPYC_9654,
-                        "12 x DDR5-4800 x 8 B per socket; a fair per-core share is used; roofline only"),
+            Coefficient("package_tdp_w", p.tdp_w, "W", p.source, sku),
+            Coefficient("cores_per_package", float(p.cores), "cores", p.source, sku),
+            Coefficient("base_clock_ghz", p.base_clock_ghz, "GHz", p.source, "roofline only (no measured latency)"),
+            Coefficient("fp32_macs_per_cycle", p.fp32_macs_per_cycle, "MAC/cycle/core", p.vector_source,
+                        "2 FMA pipes x fp32 lanes; roofline only"),
+            Coefficient("int8_macs_per_cycle", p.int8_macs_per_cycle, "MAC/cycle/core", p.vector_source,
+                        f"{p.int8_note}; roofline only"),
+            Coefficient("dram_bandwidth_gbs", p.dram_bandwidth_gbs, "GB/s", p.source,
+                        f"{p.dram_note}; a fair per-core share is used; roofline only"),
         )}
 
     @property
@@ -134,7 +194,7 @@ class HostCpuCostModel(CostModel):
         share_w = self.c("package_tdp_w") / self.c("cores_per_package") * self.cores
         static_j = share_w * latency
         energy = compute_j + weight_j + act_j + static_j
-        cpu = cpu_identity()
+        cpu = self.cpu
         breakdown = {
             "latency_provenance": provenance,
             "dynamic_compute_j": compute_j, "dynamic_weight_dram_j": weight_j,
@@ -142,7 +202,7 @@ class HostCpuCostModel(CostModel):
             "package_power_share_w": share_w, "cores": self.cores, "batch": work.batch,
             "energy_per_sample_j": energy / max(work.batch, 1), **roof,
             "detected_cpu": f"{cpu['model_name']} (family {cpu['family']}, model {cpu['model']})",
-            "assumptions": f"{SKU_NOTE}; Horowitz 45 nm op energies not scaled to the real node; "
+            "assumptions": f"{self.assumption}; Horowitz 45 nm op energies not scaled to the real node; "
                            "TDP/core share stands in for static + uncore power",
         }
         keys = mac_keys + ["dram_read_64b_pj", "sram_read_64b_pj", "package_tdp_w", "cores_per_package"]
@@ -275,7 +335,7 @@ class HostCpu(Target):
     kinds = ("tensor", "token-lm", "stream", "tree-policy")
 
     def __init__(self, cores: int | None = None):
-        self._cost_model = HostCpuCostModel(cores)
+        self._cost_model = HostCpuCostModel(cores, _CPU)
 
     @property
     def cost_model(self) -> CostModel:
@@ -284,6 +344,7 @@ class HostCpu(Target):
     def describe(self) -> dict:
         d = super().describe()
         d["detected_cpu"] = {k: v for k, v in _CPU.items()}
+        d["cost_profile"] = {"part": self._cost_model.profile.part, "assumption": self._cost_model.assumption}
         d["runtimes"] = ["onnxruntime", "tvm"]
         return d
 
