@@ -51,6 +51,29 @@ def data_specs(request: UserRequest):
                          "pass --calibration-data / --eval-data (.npz named by input), or --input-shape 3,64,64.")
 
 
+def _in_forward_order(module, specs: list, label: str) -> list:
+    """``specs`` in the order ``forward`` takes them when their names are its first parameters (an .npz keeps the
+    order its arrays were saved in); more arrays than ``forward`` takes is an error naming both."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):  # a scripted or C++ module
+        return specs
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        return specs
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    names = [s.name for s in specs]
+    if len(names) > len(positional):
+        raise EdgesmithError(f"the data holds {len(names)} input arrays ({', '.join(names)}) but the forward of "
+                             f"{label} takes {len(positional)} ({', '.join(positional)}).",
+                             "keep only the model's inputs in the .npz (labels as 'labels' or 'targets').")
+    if set(names) == set(positional[:len(names)]):
+        by_name = {s.name: s for s in specs}
+        return [by_name[n] for n in positional[:len(names)]]
+    return specs
+
+
 class _Outputs:
     """Wraps a module so that it returns a tuple of tensors (HF ``ModelOutput``, dicts and lists included)."""
 
@@ -81,7 +104,7 @@ def export_to_onnx(module, label: str, key: bytes, request: UserRequest, program
     path and notes (which exporter, the export's error against torch on the example inputs)."""
     import torch
 
-    specs = data_specs(request)
+    specs = data_specs(request) if program is not None else _in_forward_order(module, data_specs(request), label)
     example = sample_inputs(specs, request, n=_program_batch(program) or 2, seed=request.seed)
     names = [s.name for s in specs]
     args = tuple(torch.from_numpy(np.ascontiguousarray(example[n])) for n in names)

@@ -270,6 +270,24 @@ def test_quantize_takes_an_rwkv_checkpoint_with_its_text_and_writes_an_unscored_
     assert not (tmp_path / "d.onnx").exists()
 
 
+def test_a_factorys_npz_inputs_are_passed_in_forward_order_and_extra_arrays_are_refused(capsys, tmp_path):
+    (tmp_path / "two.py").write_text(
+        "import torch\n\nclass T(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.l = torch.nn.Linear(8, 3)\n    def forward(self, x, mask):\n        return self.l(x) * mask\n\n"
+        "def make():\n    return T()\n")
+    rng = np.random.default_rng(0)
+    x, mask = rng.normal(size=(16, 8)).astype(np.float32), (rng.random((16, 3)) > 0.5).astype(np.float32)
+    np.savez(tmp_path / "saved_backwards.npz", mask=mask, x=x)  # an .npz keeps this order, not forward's
+    np.savez(tmp_path / "extra.npz", x=x, mask=mask, weights=np.ones(16, np.float32))
+    spec = f"{tmp_path / 'two.py'}:make"
+    r = _deploy(capsys, tmp_path / "r", spec, "--target", "host-cpu", "--eval-data", tmp_path / "saved_backwards.npz",
+                "--variant", "fp32", "--no-tvm")
+    assert r["results"][0]["evaluation"]["n_samples"] == 16
+    code, _, err = run_cli(capsys, "deploy", spec, "--target", "host-cpu", "--eval-data", tmp_path / "extra.npz",
+                           "--out", tmp_path / "r2")
+    assert_user_error(code, err, "holds 3 input arrays (x, mask, weights)", "takes 2 (x, mask)")
+
+
 def test_quantize_reports_a_scoring_failure_of_the_written_file_as_an_error_not_as_unscored(
         capsys, files, tmp_path, monkeypatch):
     from edgesmith.models.user import UserModel
