@@ -38,6 +38,7 @@ class StreamKind(Kind):
     unit = "clip"
     default_batch_sizes = (1,)
     default_n_calibration = 32
+    probe_samples = 4  # a clip is hundreds of frames: 16 of them cost over a minute in the Lava simulator
     sequential_axis = 0
     export_pass = "export-step-onnx"  # the streaming step: one frame and the state in, output and state out
     Options: ClassVar = StreamOptions
