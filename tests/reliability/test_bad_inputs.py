@@ -60,6 +60,13 @@ def _nothing(*names):
     return check
 
 
+def _hdf5_without_layers(path):
+    import h5py
+
+    with h5py.File(path, "w") as f:  # e.g. a Keras weights file
+        f.create_dataset("model_weights", data=np.zeros(3))
+
+
 def _quantize(tmp, data, name="c.npy"):
     m = _mlp_onnx(tmp)
     if isinstance(data, dict):
@@ -103,6 +110,13 @@ CASES = [
          "cannot be read", check=_nothing("r")),
     Case("RWKV loader on a text file", lambda t: _pth(t, b"hello, this is text\n" * 20, raw=True), "cannot be read",
          check=_nothing("r")),
+    Case("a .net file that is not HDF5", lambda t: ((t / "n.net").write_bytes(b"\x00garbage" * 64),
+                                                    ["deploy", t / "n.net", "--target", "loihi2", "--out", t / "r"])[1],
+         "n.net: is not a readable HDF5 file", check=_nothing("r")),
+    Case("an HDF5 file that is not a netx network", lambda t: (_hdf5_without_layers(t / "k.h5"),
+                                                               ["deploy", t / "k.h5", "--target", "loihi2", "--out",
+                                                                t / "r"])[1],
+         "has no 'layer' group, so it is not a netx network", check=_nothing("r")),
     Case("RWKV loader on an ONNX file renamed .pth",
          lambda t: _pth(t, _mlp_onnx(t).read_bytes(), raw=True), "cannot be read", check=_nothing("r")),
     Case("RWKV loader on 0-d tensors", lambda t: _pth(t, {"emb.weight": torch.tensor(1.0),
