@@ -24,6 +24,7 @@ from edgesmith.models.gbrl import binning, tree
 SPLIT_SCORES = ("cosine", "l2")
 GROW_POLICIES = ("greedy", "oblivious")
 _FORMAT_VERSION = 1
+ENSEMBLE_ARRAYS = ("meta", "features", "thresholds", "leaves")  # what GBTEnsemble.save writes
 _SERIAL_BELOW = 32  # rows; smaller batches skip the thread pool (batch-1 latency)
 _PARALLEL_FIT_ROWS = 16384  # rows; smaller batches are fitted on one thread (threads lost below this on 2 shared cores)
 
@@ -218,11 +219,19 @@ class GBTEnsemble:
         path = Path(path)
         if not path.exists():
             raise EdgesmithError(f"ensemble file {path} does not exist.", "check the path or train and save one.")
+        fix = "pass a file written by GBTEnsemble.save as the model; data goes in --calibration-data / --eval-data."
         try:
-            with np.load(path, allow_pickle=False) as z:
+            z = np.load(path, allow_pickle=False)
+            if not isinstance(z, np.lib.npyio.NpzFile):  # an .npy array under an .npz name
+                raise EdgesmithError(f"{path} is not a saved tree ensemble: it is one array, not an .npz archive.", fix)
+            with z:
+                held = list(z.files)
+                if any(k not in held for k in ENSEMBLE_ARRAYS):
+                    raise EdgesmithError(f"{path} is not a saved tree ensemble: it holds {', '.join(held) or 'no arrays'}"
+                                         f", not {', '.join(ENSEMBLE_ARRAYS)}.", fix)
                 meta = json.loads(str(z["meta"]))
                 feat, thr, leaves = z["features"], z["thresholds"], z["leaves"]
-        except (OSError, ValueError, KeyError) as e:
+        except (OSError, ValueError) as e:
             raise EdgesmithError(f"{path} is not a GBTEnsemble file ({type(e).__name__}).",
                                  "re-save the ensemble with GBTEnsemble.save.") from None
         if meta.pop("format_version", None) != _FORMAT_VERSION:
