@@ -17,11 +17,22 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 from edgesmith.common import EdgesmithError, NoEvaluationData, atomic_files, atomic_path
+
+
+def _table(value, name: str) -> dict:
+    """``value`` (None or a mapping) as a dict; anything else is one error naming the argument."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise EdgesmithError(f"{name} is a {type(value).__name__} ({value!r:.60}), not a dict.",
+                             f"pass {name} as a dict, e.g. {name}={{'key': value}}.")
+    return dict(value)
 
 
 def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, options: dict | None = None,
@@ -45,14 +56,14 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
     opts = DeployOptions(model=model, target=target, out=Path(out or f"runs/{model}-{target}"), force=force, seed=seed,
                          threads=threads, batch_sizes=batch_sizes, warmup=warmup, reps=reps,
                          n_calibration=n_calibration, calibration_select=calibration_select, sensitivity=sensitivity,
-                         progress=progress, model_options=dict(model_options or {}),
+                         progress=progress, model_options=_table(model_options, "model_options"),
                          calibration_data=None if calibration_data is None else str(calibration_data),
                          train_data=None if train_data is None else str(train_data),
                          eval_data=None if eval_data is None else str(eval_data),
                          labels=None if labels is None else str(labels), metric=metric,
-                         input_shapes=dict(input_shapes or {}), train_fn=train_fn,
+                         input_shapes=_table(input_shapes, "input_shapes"), train_fn=train_fn,
                          plan=PlanOptions(tvm=tvm, tvm_tune_trials=tvm_tune_trials, variants=tuple(variants),
-                                          options=dict(options or {})))
+                                          options=_table(options, "options")))
     return _deploy(opts)
 
 
@@ -99,7 +110,7 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
     from edgesmith.compress.export_rwkv_c import SUFFIX as RWKV_C_SUFFIX
     from edgesmith.models.kinds import get_kind
 
-    out = Path(out)
+    out, options, model_options = Path(out), _table(options, "options"), _table(model_options, "model_options")
     if out.suffix != ".pth" and dtype is not None:
         raise EdgesmithError(f"--dtype {dtype} would be ignored: it sets the weights of an official .pth export, and "
                              f"{out.name} is not one.", "drop --dtype, or export to FILE.pth.")
@@ -194,7 +205,7 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
     from edgesmith.compress.base import INIT_SUFFIX, first_samples, pass_config_type, pass_kinds
     from edgesmith.runtimes import get_runtime, runtime_for
 
-    out = Path(out)
+    out, options, model_options = Path(out), _table(options, "options"), _table(model_options, "model_options")
     report_path = out.with_suffix(out.suffix + ".report.json")
     _check_out(out, report_path, force=force)
     if n_calibration is not None and (isinstance(n_calibration, bool) or not isinstance(n_calibration, int)

@@ -62,6 +62,18 @@ def test_api_user_errors_carry_a_fix():
         edgesmith.quantize("digits-mlp", "int8-qdq", out="/tmp/never.onnx", calibration=np.zeros((0, 64)))
 
 
+@pytest.mark.parametrize("call,name", [
+    (lambda t: edgesmith.deploy("digits-mlp", target="host-cpu", out=t / "r", options="prune_sparsity=0.5"), "options"),
+    (lambda t: edgesmith.quantize("digits-mlp", "int8-qdq", out=t / "q.onnx", model_options=["seed=1"]), "model_options"),
+    (lambda t: edgesmith.export("digits-mlp", t / "e.onnx", options=("batch", 1)), "options"),
+])
+def test_api_options_that_are_not_a_dict_are_one_error_naming_the_argument(tmp_path, call, name):
+    # a CLI habit (KEY=VALUE text) gave "dictionary update sequence element #0 has length 1" from deep inside
+    with pytest.raises(edgesmith.EdgesmithError, match=rf"^{name} is a \w+ .*, not a dict"):
+        call(tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
 def test_data_flows_one_way_models_compress_hardware_runtimes_bench():
     # a package may import only the ones upstream of it (and edgesmith.common): no import turns the flow back
     import re
