@@ -47,6 +47,8 @@ def cmd_targets(args) -> int:
               f"latency: {d['latency_provenance']}")
         print(f"  memory budget: {d['memory_budget_bytes'] / 2**20:,.0f} MiB ({d['memory_budget_source']})")
         print(f"  cost model: {d['cost_model']}")
+        if d.get("cost_profile"):  # host-cpu: the part whose package figures stand for this CPU
+            print(f"  cost profile: {d['cost_profile']['assumption']}")
         for c in d["coefficients"]:
             print(f"    {c['name']} = {c['value']:g} {c['unit']}  [{c['source']}]" + (f" ({c['note']})" if c.get("note") else ""))
         print()

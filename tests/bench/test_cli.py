@@ -27,6 +27,9 @@ def test_targets_lists_every_coefficient_with_its_source(capsys):
     for t in targets.values():
         assert t["coefficients"], t["name"]
         assert all(c["source"] for c in t["coefficients"])
+    # the host's package figures are some part's: which one, and why, is stated
+    code, out, _ = run_cli(capsys, "targets")
+    assert f"cost profile: {targets['host-cpu']['cost_profile']['assumption']}" in out
 
 
 def test_models_and_passes_are_listed(capsys):
