@@ -86,12 +86,12 @@ class _Compiled:
     """
 
     def __init__(self, executable, shape: tuple[int, ...], *, compile_s: float, cache_hit: bool,
-                 kernels: int | None, tuned_kernels: int | None, path: Path):
+                 kernels: int | None, tuned_kernels: int | None, path: Path, dtype=np.float32):
         import tvm
         from tvm import relax
 
         self.main = relax.VirtualMachine(executable, tvm.cpu())["main"]
-        self.x_host = _aligned_empty(shape, np.float32)
+        self.x_host = _aligned_empty(shape, dtype)  # the graph's input type (token ids are int64)
         self.x_device = tvm.runtime.from_dlpack(self.x_host)
         self.compile_s, self.cache_hit, self.path = compile_s, cache_hit, path
         self.kernels, self.tuned_kernels = kernels, tuned_kernels
@@ -152,6 +152,7 @@ class TvmRuntime(Runtime):
         if unsupported:
             raise _unsupported_error(artifact.path, unsupported)
         self.input_name_ = _graph_input(model, artifact.path)
+        self.input_dtype_ = _input_dtype(model, self.input_name_)
         self.model_ = model
         self.digest_ = hashlib.sha256(data).hexdigest()
         self.target_ = host_target(self.threads_)
@@ -192,13 +193,14 @@ class TvmRuntime(Runtime):
             else:
                 meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
                 return _Compiled(lib, shape, compile_s=0.0, cache_hit=True, kernels=meta.get("kernels"),
-                                 tuned_kernels=meta.get("tuned_kernels"), path=lib_path)
+                                 tuned_kernels=meta.get("tuned_kernels"), path=lib_path, dtype=self.input_dtype_)
         t0 = time.perf_counter()
         self._compile_in_child(shape, lib_path, meta_path)
         compile_s = time.perf_counter() - t0
         meta = json.loads(meta_path.read_text())
         return _Compiled(_load_library(lib_path), shape, compile_s=compile_s, cache_hit=False,
-                         kernels=meta.get("kernels"), tuned_kernels=meta.get("tuned_kernels"), path=lib_path)
+                         kernels=meta.get("kernels"), tuned_kernels=meta.get("tuned_kernels"), path=lib_path,
+                         dtype=self.input_dtype_)
 
     def _compile_in_child(self, shape, lib_path: Path, meta_path: Path) -> None:
         """Compile (and tune) in a child process that writes the cache entry, showing the time spent, and
@@ -579,6 +581,13 @@ def _graph_input(model, path) -> str:
         raise EdgesmithError(f"{path} has {len(inputs)} inputs ({', '.join(inputs)}); the tvm runtime feeds one.",
                              "export the model with a single input tensor.")
     return inputs[0]
+
+
+def _input_dtype(model, name: str):
+    import onnx
+
+    elem = next(i for i in model.graph.input if i.name == name).type.tensor_type.elem_type
+    return onnx.helper.tensor_dtype_to_np_dtype(elem) if elem else np.float32
 
 
 def _first_line(e: Exception) -> str:

@@ -157,6 +157,20 @@ def test_model_with_two_inputs_is_refused(tmp_path):
         get_runtime("tvm").load(Artifact("onnx", path=path))
 
 
+def test_a_model_that_takes_int64_token_ids_runs_and_matches_onnxruntime(tmp_path):
+    # the input buffer was always float32: "expect Tensor with dtype int64 but get float32" for any embedding model
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", 6])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 6, 4])
+    table = onnx.numpy_helper.from_array(np.arange(40, dtype=np.float32).reshape(10, 4), "table")
+    graph = helper.make_graph([helper.make_node("Gather", ["table", "ids"], ["y"])], "emb", [ids], [out], [table])
+    path = tmp_path / "emb.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    art = Artifact("onnx", path=path)
+    x = np.random.default_rng(0).integers(0, 10, (3, 6)).astype(np.int64)
+    got = get_runtime("tvm").load(art).run(x).outputs
+    np.testing.assert_array_equal(got, _onnxruntime(art, x))
+
+
 @pytest.mark.parametrize("options", [{"tune_trials": -1}, {"tune_trials": 2.5}, {"tune_trails": 8}])
 def test_bad_options_are_refused_at_load(digits_onnx, options):
     with pytest.raises(EdgesmithError, match="tune_trials"):
