@@ -116,11 +116,11 @@ def export_to_onnx(module, label: str, key: bytes, request: UserRequest, program
         with torch.no_grad():
             ref = module(*args) if program is None else program.module()(*args)
     except Exception as e:  # a model raises anything; its message says what did not fit
-        shapes = ", ".join(f"{n} {tuple(a.shape)}" for n, a in zip(names, args))
+        shapes = ", ".join(f"{n} {tuple(a.shape)} {str(a.dtype).replace('torch.', '')}" for n, a in zip(names, args))
         first = (str(e).strip().splitlines() or [""])[0][:300]
         raise EdgesmithError(f"{label} fails on example inputs ({shapes}): {type(e).__name__}: {first}",
-                             "give the input shape its forward takes: --input-shape [NAME=]D,D,... (without the "
-                             "batch), or --calibration-data / --eval-data of that shape.") from None
+                             "give inputs of the shape, type and range its forward takes: --input-shape [NAME=]D,D,... "
+                             "(without the batch; float32), or --calibration-data / --eval-data like them.") from None
     ref = ref if isinstance(ref, (tuple, list)) else (ref,)
     out_names = ["output"] if len(ref) == 1 else [f"output_{i}" for i in range(len(ref))]
     if not out.exists():

@@ -188,7 +188,7 @@ CASES = [
     Case("torch factory run on inputs of the wrong shape",
          lambda t: (_linear_factory(t), ["deploy", t / "f.py:make", "--target", "host-cpu", "--input-shape", "3",
                                          "--out", t / "r"])[1],
-         "fails on example inputs (input (2, 3)): RuntimeError: mat1 and mat2", check=_nothing("r")),
+         "fails on example inputs (input (2, 3) float32): RuntimeError: mat1 and mat2", check=_nothing("r")),
     # export settings the chosen output format would ignore, each refused before anything is written
     Case("export to .pth with a pass option", lambda t: _rwkv_export(t, "o.pth", "--option", "vq_form=int8"),
          "--option vq_form would be ignored", check=_nothing("o.pth")),
