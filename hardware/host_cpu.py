@@ -52,12 +52,11 @@ class CpuProfile:
     int8_note: str
     dram_bandwidth_gbs: float
     dram_note: str
+    signatures: tuple = ()  # (vendor_id, cpu family, model numbers) of the CPUs costed as this part
 
     def matches(self, cpu: dict) -> bool:
         return any(cpu.get("vendor") == v and cpu.get("family") == f and cpu.get("model") in models
                    for v, f, models in self.signatures)
-
-    signatures: tuple = ()  # (vendor_id, cpu family, model numbers)
 
 
 CPU_PROFILES = (
@@ -72,7 +71,7 @@ CPU_PROFILES = (
                "model 207 is Emerald Rapids, and the 8580 is a general-purpose part with the 300 MB L3 the VM "
                "reports (other SKUs share it)",
                350.0, 60, 2.0, 32.0, 128.0, "2 ports x 16 lanes x 4 int8 products (VPDPBUSD zmm); AMX tiles, "
-               "which onnxruntime may use for int8 GEMMs, are not counted, so int8 compute is upper-leaning",
+               "which onnxruntime may use for int8 GEMMs, are not counted, so an int8 roofline time is upper-leaning",
                358.4, "8 x DDR5-5600 x 8 B per socket",
                signatures=(("GenuineIntel", 6, (207,)),)),
 )
