@@ -86,7 +86,7 @@ class _Compiled:
     """
 
     def __init__(self, executable, shape: tuple[int, ...], *, compile_s: float, cache_hit: bool,
-                 kernels: int | None, tuned_kernels: int | None, path: Path, dtype=np.float32):
+                 kernels: int | None, tuned_kernels: int | None, path: Path, dtype: np.dtype):
         import tvm
         from tvm import relax
 
@@ -151,8 +151,7 @@ class TvmRuntime(Runtime):
         unsupported = _unsupported_ops(model)
         if unsupported:
             raise _unsupported_error(artifact.path, unsupported)
-        self.input_name_ = _graph_input(model, artifact.path)
-        self.input_dtype_ = _input_dtype(model, self.input_name_)
+        self.input_name_, self.input_dtype_ = _graph_input(model, artifact.path)
         self.model_ = model
         self.digest_ = hashlib.sha256(data).hexdigest()
         self.target_ = host_target(self.threads_)
@@ -574,20 +573,16 @@ def _unsupported_error(what, ops: list[str]) -> EdgesmithError:
     )
 
 
-def _graph_input(model, path) -> str:
-    initializers = {t.name for t in model.graph.initializer}
-    inputs = [i.name for i in model.graph.input if i.name not in initializers]
+def _graph_input(model, path) -> tuple[str, np.dtype]:
+    """The name and numpy type of the model's one data input (the tvm runtime feeds one tensor)."""
+    from edgesmith.compress.onnx_analysis import data_inputs
+
+    inputs = data_inputs(model)
     if len(inputs) != 1:
-        raise EdgesmithError(f"{path} has {len(inputs)} inputs ({', '.join(inputs)}); the tvm runtime feeds one.",
-                             "export the model with a single input tensor.")
-    return inputs[0]
-
-
-def _input_dtype(model, name: str):
-    import onnx
-
-    elem = next(i for i in model.graph.input if i.name == name).type.tensor_type.elem_type
-    return onnx.helper.tensor_dtype_to_np_dtype(elem) if elem else np.float32
+        raise EdgesmithError(f"{path} has {len(inputs)} inputs ({', '.join(n for n, _, _ in inputs)}); the tvm "
+                             "runtime feeds one.", "export the model with a single input tensor.")
+    name, dtype, _ = inputs[0]
+    return name, dtype
 
 
 def _first_line(e: Exception) -> str:
