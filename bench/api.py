@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgesmith.bench.sources.netx_file import SUFFIXES as NETX_SUFFIXES
 from edgesmith.common import EdgesmithError, NoEvaluationData, atomic_files, atomic_path
 
 
@@ -291,7 +292,8 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
     return QuantizeResult(out, report_path, reports, evaluation, unscored)
 
 
-FILE_SUFFIXES = {"onnx": (".onnx",), "netx": (".net", ".h5"), "nir": (".nir",), "rwkv-c": (".rwkvc.npz",)}
+# netx takes the netx source's own list, so every name `deploy` reads as netx can also be written
+FILE_SUFFIXES = {"onnx": (".onnx",), "netx": NETX_SUFFIXES, "nir": (".nir",), "rwkv-c": (".rwkvc.npz",)}
 
 
 def _check_suffix(out: Path, last) -> None:

@@ -16,7 +16,7 @@ SUFFIXES = (".net", ".h5", ".hdf5")
 @register_source
 class NetxFileSource(ModelSource):
     name = "netx"
-    description = "a netx HDF5 Sigma-Delta network (lava-dl export_hdf5 or edgesmith export-netx; .net/.h5)"
+    description = "a netx HDF5 Sigma-Delta network (lava-dl export_hdf5 or edgesmith export-netx; .net/.h5/.hdf5)"
 
     def matches(self, spec: str) -> bool:
         # no other source reads these suffixes: a file that is not a netx network is told why by NetxNet.load

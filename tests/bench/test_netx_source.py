@@ -43,6 +43,16 @@ def test_a_netx_file_deploys_to_loihi2_bit_exact_with_accuracy_and_per_layer_pla
     assert all(p["cores"] >= 1 for p in placement)
 
 
+def test_export_netx_writes_every_suffix_that_deploy_reads_as_netx(capsys, tmp_path):
+    # quantize once kept its own copy of the suffixes without .hdf5, so `--out x.hdf5` was refused
+    from edgesmith.compress.netx_format import NetxNet
+
+    code, _, err = run_cli(capsys, "quantize", "digits-mlp", "--pass", "export-netx", "--out", tmp_path / "d.hdf5",
+                           "--quiet")
+    assert code == 0, err
+    assert len(NetxNet.load(tmp_path / "d.hdf5").layers) == 3
+
+
 def test_host_cpu_refuses_a_netx_file_and_names_the_target_that_runs_it(capsys, netx_files, tmp_path):
     code, _, err = run_cli(capsys, "deploy", netx_files / "digits.net", "--target", "host-cpu", "--out", tmp_path / "r")
     assert_user_error(code, err, "netx", "loihi2")
