@@ -41,7 +41,7 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
            seed: int = 0, threads: int = 0, n_calibration: int | None = None, calibration_select: str = "first",
            tvm: bool = True, tvm_tune_trials: int = 0, sensitivity: bool = False, force: bool = False,
            progress: bool = False, calibration_data=None, train_data=None, eval_data=None, labels=None, metric: str | None = None,
-           input_shapes: dict | None = None, train_fn=None) -> Path:
+           input_shapes: dict | None = None, input_types: dict | None = None, train_fn=None) -> Path:
     """Run ``target``'s plan for ``model`` and write the report folder (default ``runs/MODEL-TARGET``).
 
     ``model``: a producer name or a model file (model.onnx, file.py:factory, model.pt, model.pt2, an RWKV
@@ -49,7 +49,9 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
     user's data (.npy, .npz by input name, a folder; UTF-8 text for token-lm models); ``train_data``: inputs (and
     labels) that QAT variants fine-tune on; ``train_fn``: your own fine-tuning, ``train_fn(model)``, called by the QAT
     variants (``options={"qat_epochs": 1}`` offers them) on the calibrated brevitas model in place of their loop; ``metric``:
-    accuracy, topK, mse, mae, perplexity or fidelity (the default without labels)."""
+    accuracy, topK, mse, mae, perplexity or fidelity (the default without labels); ``input_shapes`` and
+    ``input_types``: ``{input name or "": per-sample shape}`` and ``{...: "int64"}`` to trace a model without data
+    (``--input-shape ids=16:int64``; float32 where no type is given)."""
     from edgesmith.bench.deploy import DeployOptions
     from edgesmith.bench.deploy import deploy as _deploy
     from edgesmith.hardware import PlanOptions
@@ -63,9 +65,35 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
                          eval_data=None if eval_data is None else str(eval_data),
                          labels=None if labels is None else str(labels), metric=metric,
                          input_shapes=_table(input_shapes, "input_shapes"), train_fn=train_fn,
+                         input_types=_input_types(input_types, input_shapes),
                          plan=PlanOptions(tvm=tvm, tvm_tune_trials=tvm_tune_trials, variants=tuple(variants),
                                           options=_table(options, "options")))
     return _deploy(opts)
+
+
+def _input_types(types, shapes) -> dict:
+    """``input_types`` checked: a dict of known type names, each for an input that ``input_shapes`` names."""
+    from edgesmith.bench.sources.base import INPUT_TYPES
+
+    types, shapes = _table(types, "input_types"), _table(shapes, "input_shapes")
+    for name, t in types.items():
+        if t not in INPUT_TYPES:
+            raise EdgesmithError(f"input_types[{name!r}] = {t!r} is not an input type edgesmith makes.",
+                                 f"use one of {', '.join(INPUT_TYPES)}.")
+        if name not in shapes:
+            raise EdgesmithError(f"input_types names {name!r}, which input_shapes does not.",
+                                 "give the input's shape in input_shapes too (a type alone makes no example input).")
+    return types
+
+
+def _traced(model: str, input_shapes, input_types) -> tuple[dict, dict]:
+    """Shapes and types to trace ``model`` with, refused for a model that is not traced (a producer, an ONNX file)."""
+    shapes, types = _table(input_shapes, "input_shapes"), _input_types(input_types, input_shapes)
+    if shapes and not is_model_file(model):
+        raise EdgesmithError(f"--input-shape traces a model file without data; {model} is "
+                             f"{'an ONNX file, whose graph' if str(model).endswith('.onnx') else 'a producer, which'} "
+                             "has its own shapes.", "drop --input-shape.")
+    return shapes, types
 
 
 def _producer(model: str, seed: int, model_options: dict | None, request=None):
@@ -96,14 +124,15 @@ PTH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
 def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed: int = 0,
            model_options: dict | None = None, force: bool = False, dtype: str | None = None,
-           options: dict | None = None) -> Path:
+           options: dict | None = None, input_shapes: dict | None = None, input_types: dict | None = None) -> Path:
     """Write ``model`` with its kind's export pass (ONNX: a graph, a step graph or a tree ensemble; ``options``
     go to that pass's config, e.g. ``{"batch": 1, "vq_form": "int8"}`` for a token-lm decode graph); an RWKV model
     to ``out.rwkvc.npz`` with ``export-rwkv-c`` (the C decoder's file, ``{"weights": "int4"}`` to round fp32
     linears to 4 bits); an RWKV model
     (a producer, an official checkpoint, an edgesmith quantized one) to ``out.pth`` becomes an official-layout
     checkpoint in ``dtype`` (fp16, the default, bf16, fp32), quantized weights dequantized, that BlinkDL's ``rwkv``
-    package loads. A setting the chosen output would ignore (``dtype`` for ONNX, ``options`` for .pth) is refused."""
+    package loads. A setting the chosen output would ignore (``dtype`` for ONNX, ``options`` for .pth) is refused.
+    ``input_shapes`` / ``input_types``: the example inputs that a torch model is traced with, as ``deploy`` takes them."""
     from edgesmith.bench.deploy import source_artifact
     from edgesmith.bench.sources.base import UserRequest, resolve_model
     from edgesmith.compress import PassContext, config_from_dict, run_passes
@@ -112,6 +141,7 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
     from edgesmith.models.kinds import get_kind
 
     out, options, model_options = Path(out), _table(options, "options"), _table(model_options, "model_options")
+    shapes, types = _traced(model, input_shapes, input_types)
     if out.suffix != ".pth" and dtype is not None:
         raise EdgesmithError(f"--dtype {dtype} would be ignored: it sets the weights of an official .pth export, and "
                              f"{out.name} is not one.", "drop --dtype, or export to FILE.pth.")
@@ -124,7 +154,8 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
                              "only --dtype.", "drop them, or export to .onnx / .rwkvc.npz, whose passes take options.")
     _check_out(out, force=force)
     # a producer or a user's file (an official or quantized RWKV checkpoint, ...): the source that reads it
-    source = resolve_model(model, UserRequest(options=dict(model_options or {}), seed=seed), seed=seed)
+    source = resolve_model(model, UserRequest(options=dict(model_options or {}), input_shapes=shapes, input_types=types,
+                                              seed=seed), seed=seed)
     if out.suffix == ".pth":
         import torch
 
@@ -140,8 +171,15 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
     except EdgesmithError:  # a user's model without data: a step graph needs none, a pass that does says so
         example = None
     with tempfile.TemporaryDirectory() as work:
-        art, _ = run_passes(source_artifact(producer), [config], PassContext(
-            workdir=Path(work), example_input=example, seed=seed))
+        art = source_artifact(producer)
+        if art.format == config.output_format == "onnx" and art.path is not None:
+            # a user's torch model was exported to ONNX as it was read (checked against torch there): that file
+            if options or opset:
+                given = [f"--option {k}" for k in options or {}] + (["--opset"] if opset else [])
+                raise EdgesmithError(f"{', '.join(given)} would be ignored: {model} was exported to ONNX as it was "
+                                     "read, with the exporter's defaults.", "drop them.")
+        else:
+            art, _ = run_passes(art, [config], PassContext(workdir=Path(work), example_input=example, seed=seed))
         # a state-tuned model's starting state travels beside it: both arrive or neither
         sidecar = Path(str(art.path) + INIT_SUFFIX)
         with atomic_files([out, Path(str(out) + INIT_SUFFIX)], force=force) as (tmp, init):
@@ -188,8 +226,8 @@ class QuantizeResult:
 def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike, options: dict | None = None,
              calibration=None, n_calibration: int | None = None, seed: int = 0, model_options: dict | None = None,
              sensitivity: bool = False, force: bool = False, progress: bool = False,
-             calibration_data: str | os.PathLike | None = None,
-             eval_data: str | os.PathLike | None = None) -> QuantizeResult:
+             calibration_data: str | os.PathLike | None = None, eval_data: str | os.PathLike | None = None,
+             input_shapes: dict | None = None, input_types: dict | None = None) -> QuantizeResult:
     """Apply one pass to a producer's model, a user's model file or an ONNX file and write the result plus
     ``OUT.report.json``.
 
@@ -199,7 +237,8 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
     written file is then scored with the model's metric. ``calibration``: an array of inputs (needed by static
     quantization of an ONNX file; for a producer it replaces the producer's own). ``calibration_data`` and
     ``eval_data``: a model file's data as files its source reads (UTF-8 text for an RWKV checkpoint, .npy/.npz
-    otherwise), as ``deploy --calibration-data / --eval-data`` takes them.
+    otherwise), as ``deploy --calibration-data / --eval-data`` takes them. ``input_shapes`` / ``input_types``:
+    example inputs to trace a torch model file given no data (``deploy --input-shape``).
     """
     from edgesmith.bench.deploy import _artifact_scorer, predictor, source_artifact
     from edgesmith.compress import Artifact, PassContext, config_from_dict, run_passes
@@ -207,6 +246,7 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
     from edgesmith.runtimes import get_runtime, runtime_for
 
     out, options, model_options = Path(out), _table(options, "options"), _table(model_options, "model_options")
+    shapes, types = _traced(model, input_shapes, input_types)
     report_path = out.with_suffix(out.suffix + ".report.json")
     _check_out(out, report_path, force=force)
     if n_calibration is not None and (isinstance(n_calibration, bool) or not isinstance(n_calibration, int)
@@ -244,7 +284,7 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
 
             request = UserRequest(calibration_data=None if calibration_data is None else str(calibration_data),
                                   eval_data=None if eval_data is None else str(eval_data),
-                                  options=dict(model_options or {}), seed=seed)
+                                  input_shapes=shapes, input_types=types, options=dict(model_options or {}), seed=seed)
         producer, kind = _producer(model, seed, model_options, request)
         art = source_artifact(producer)
         calib = calib if calib is not None else producer.calibration_data(n_calibration or kind.default_n_calibration)

@@ -98,10 +98,17 @@ def _load_calibration(path: str | None):
     return arrays[""] if set(arrays) == {""} else arrays
 
 
+def _traced_inputs(args) -> dict:
+    from edgesmith.bench.sources.base import parse_input_shapes
+
+    shapes, types = parse_input_shapes(args.input_shape)
+    return {"input_shapes": shapes, "input_types": types}
+
+
 def cmd_export(args) -> int:
     out = api.export(args.model, args.out, opset=args.opset, seed=args.seed, force=args.force, dtype=args.dtype,
                      model_options=parse_key_values(args.model_option, "--model-option"),
-                     options=parse_key_values(args.option, "--option"))
+                     options=parse_key_values(args.option, "--option"), **_traced_inputs(args))
     print(f"wrote {out}")
     return 0
 
@@ -129,7 +136,8 @@ def cmd_quantize(args) -> int:
                        calibration_data=args.calibration_data if user_file else None, eval_data=args.eval_data,
                        n_calibration=args.n_calibration,
                        seed=args.seed, model_options=parse_key_values(args.model_option, "--model-option"),
-                       sensitivity=args.sensitivity, force=args.force, progress=not args.quiet)
+                       sensitivity=args.sensitivity, force=args.force, progress=not args.quiet,
+                       **_traced_inputs(args))
     final = next(r for r in res.reports if r.config["kind"] == args.pass_kind)  # the user's pass, not the export
     print(f"wrote {res.path} ({final.size_before_bytes:,} -> {final.size_after_bytes:,} bytes"
           + (f", {final.bits_per_weight:.2f} bits/weight" if final.bits_per_weight else "")
@@ -143,18 +151,23 @@ def cmd_quantize(args) -> int:
     return 0
 
 
-def bench_inputs(model, shapes: dict, batch: int, seed: int) -> dict:
-    """Random inputs for every data input of an ONNX model: its declared dims, the batch, and
+def bench_inputs(model, shapes: dict, batch: int, seed: int, types: dict | None = None) -> dict:
+    """Random inputs for every data input of an ONNX model: its declared dims and type, the batch, and
     ``--input-shape [NAME=]D,...`` for dynamic ones; floats standard normal, integers zeros (valid ids)."""
     import numpy as np
 
+    from edgesmith.bench.sources.base import given_for
     from edgesmith.compress.onnx_analysis import data_inputs
 
     rng = np.random.default_rng(seed)
     inputs = data_inputs(model)
     out = {}
     for name, dtype, dims in inputs:
-        given = shapes.get(name) or (shapes.get("") if len(inputs) == 1 else None)
+        given = given_for(shapes, name, len(inputs))
+        said = given_for(types or {}, name, len(inputs))
+        if said is not None and np.dtype(said) != dtype:
+            raise EdgesmithError(f"--input-shape says {said} for input {name!r}, which the graph declares {dtype.name}.",
+                                 f"drop ':{said}' (bench feeds each input the graph's own type).")
         fixed = dims[0]
         if fixed is not None and fixed != batch:
             raise EdgesmithError(f"input {name!r} has a fixed batch of {fixed}; it cannot be timed at batch {batch}.",
@@ -176,7 +189,7 @@ def cmd_bench(args) -> int:
     import onnx
 
     from edgesmith.bench.latency import measure_isolated
-    from edgesmith.bench.sources.base import parse_shapes
+    from edgesmith.bench.sources.base import parse_input_shapes
 
     if args.out and Path(args.out).exists() and not args.force:  # before measuring, not after
         raise EdgesmithError(f"{args.out} already exists.", "choose another --out or pass --force.")
@@ -187,10 +200,10 @@ def cmd_bench(args) -> int:
         raise EdgesmithError(f"--batch {max(batches)} is larger than edgesmith times (1,000,000).", "use a smaller batch.")
     art = api.onnx_artifact(Path(args.artifact))
     model = onnx.load(str(art.path), load_external_data=False)
-    shapes = parse_shapes(args.input_shape)
+    shapes, types = parse_input_shapes(args.input_shape)
     threads = args.threads or os.cpu_count() or 1
     rt_opts = {"tune_trials": args.tune_trials} if args.runtime == "tvm" else {}
-    feeds = {b: bench_inputs(model, shapes, b, args.seed) for b in batches}  # every shape checked first
+    feeds = {b: bench_inputs(model, shapes, b, args.seed, types) for b in batches}  # every shape checked first
     nbytes = max(sum(x.nbytes for x in f.values()) for f in feeds.values())
     art.meta["input_shape"] = None
     rows = []
@@ -245,6 +258,12 @@ def cmd_sweep(args) -> int:
 # --- parser -------------------------------------------------------------------------------------------
 
 
+def _add_input_shape_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input-shape", dest="input_shape", action="append", metavar="[NAME=]D,D,...[:TYPE]",
+                   help="per-sample input shape (and type, float32 by default: ids=16:int64) to trace a torch model "
+                        "without data (repeatable per input)")
+
+
 def _add_deploy_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="report folder (default runs/MODEL-TARGET)")
     p.add_argument("--force", action="store_true", help="replace an existing output folder")
@@ -276,8 +295,7 @@ def _add_deploy_flags(p: argparse.ArgumentParser) -> None:
                         "without labels QAT distils the float model)")
     p.add_argument("--labels", help=".npy of labels (class ids) or targets for --eval-data")
     p.add_argument("--metric", help="accuracy, topK (top5), mse, mae, perplexity or fidelity (default without labels)")
-    p.add_argument("--input-shape", dest="input_shape", action="append", metavar="[NAME=]D,D,...",
-                   help="per-sample input shape to trace a torch model without data (repeatable per input)")
+    _add_input_shape_flag(p)
     p.add_argument("--sensitivity", action="store_true", help="per-layer sensitivity table for quantizing passes")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -303,6 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default=None, help="weights of an official .pth: fp16 (default), bf16 or fp32")
     p.add_argument("--opset", type=int)
     p.add_argument("--seed", type=int, default=0)
+    _add_input_shape_flag(p)
     p.add_argument("--model-option", dest="model_option", action="append", metavar="KEY=VALUE")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="an option of the kind's export pass, e.g. batch=1 (a static decode graph) or vq_form=int8")
@@ -341,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-calibration", dest="n_calibration", type=int)
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=0)
+    _add_input_shape_flag(p)
     p.add_argument("--sensitivity", action="store_true")
     p.add_argument("--force", action="store_true")
     p.add_argument("--quiet", action="store_true")
@@ -355,7 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reps", type=int, default=200)
     p.add_argument("--tune-trials", dest="tune_trials", type=int, default=0)
     p.add_argument("--input-shape", dest="input_shape", action="append", metavar="[NAME=]D,D,...",
-                   help="per-sample shape of a dynamic input, e.g. 3,32,32 or ids=128 (repeatable)")
+                   help="per-sample shape of a dynamic input, e.g. 3,32,32 or ids=128 (repeatable; the graph gives "
+                        "the type)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the results as JSON")
     p.add_argument("--force", action="store_true")

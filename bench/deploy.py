@@ -64,6 +64,7 @@ class DeployOptions:
     labels: str | None = None
     metric: str | None = None
     input_shapes: dict = field(default_factory=dict)  # {input name or "": per-sample shape} to trace a model
+    input_types: dict = field(default_factory=dict)  # {input name or "": numpy type name} of those (float32 if not)
     train_fn: object = None  # Python API only: the user's train_fn(model) that QAT passes call instead of their loop
 
     def __post_init__(self):
@@ -242,7 +243,8 @@ def deploy(opts: DeployOptions) -> Path:
     target = get_target(opts.target)
     producer = resolve_model(opts.model, UserRequest(
         calibration_data=opts.calibration_data, eval_data=opts.eval_data, labels=opts.labels, metric=opts.metric,
-        input_shapes=dict(opts.input_shapes), options=dict(opts.model_options), seed=opts.seed), seed=opts.seed)
+        input_shapes=dict(opts.input_shapes), input_types=dict(opts.input_types), options=dict(opts.model_options),
+        seed=opts.seed), seed=opts.seed)
     kind = get_kind(producer.kind)
     kind.check_producer(producer)
     if opts.train_data is not None:  # before any plan: it decides whether QAT variants are offered

@@ -156,7 +156,7 @@ def parse_key_values(items: list[str] | None, flag: str) -> dict:
 def deploy_options(args, recipe: dict, overrides: dict | None = None):
     """DeployOptions from a (checked) recipe table and CLI flags; flags win, ``overrides`` win over both."""
     from edgesmith.bench.deploy import DeployOptions
-    from edgesmith.bench.sources.base import parse_shapes
+    from edgesmith.bench.sources.base import parse_input_shapes
     from edgesmith.hardware import PlanOptions
 
     recipe = merged(recipe, overrides or {})
@@ -201,7 +201,7 @@ def deploy_options(args, recipe: dict, overrides: dict | None = None):
     for k in ("calibration_data", "train_data", "eval_data", "labels", "metric"):
         if getattr(args, k, None) is not None:
             data[k] = getattr(args, k)
-    shapes = parse_shapes(getattr(args, "input_shape", None) or recipe.get("input_shape"))
+    shapes, types = parse_input_shapes(getattr(args, "input_shape", None) or recipe.get("input_shape"))
     return DeployOptions(model=model, target=target, out=Path(out), plan=PlanOptions(**plan_kw),
                          progress=not getattr(args, "quiet", False), model_options=model_options,
-                         input_shapes=shapes, **data, **bench_kw, **top)
+                         input_shapes=shapes, input_types=types, **data, **bench_kw, **top)

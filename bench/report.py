@@ -55,7 +55,9 @@ def render_markdown(report: dict) -> str:
         f"- machine: {report['environment'].get('cpu', '?')}, {report['environment'].get('cpu_count', '?')} cores; "
         f"threads used: {report['threads']}",
         f"- reference: {ref.get('runtime', 'torch')} ({ref.get('format', 'torch')}), {metric} = "
-        f"{ref['evaluation']['value']:.4f} on {ref['evaluation']['n_samples']} held-out samples",
+        f"{ref['evaluation']['value']:.4f} on {ref['evaluation']['n_samples']} "
+        + (f"samples of {ref['evaluation']['extra']['data']}" if "data" in ref["evaluation"].get("extra", {})
+           else "held-out samples"),
         f"- latency: **{report['plan']['latency_provenance']}**"
         + (" (" + report["latency_method"] + ")" if report.get("latency_method") else ""),
         f"- speed: the {kind} kind's figure per timed call; energy per {unit}: see the provenance column; "

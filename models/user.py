@@ -168,8 +168,8 @@ class UserModel(Producer):
         spec = self.metric_spec
         target = self.reference_outputs() if spec.needs == "reference" else data.labels
         value, extra = spec.fn(outputs, target)
-        extra = {**extra, "eval_samples": len(data), "data": "user evaluation data" if self.evaluation is not None
-                 else "user calibration data (no --eval-data given)"}
+        extra = {**extra, "eval_samples": len(data), "data": data.origin or (
+            "user evaluation data" if self.evaluation is not None else "user calibration data (no --eval-data given)")}
         return Evaluation(self.metric, value, len(data), extra)
 
     def eval_windows(self) -> np.ndarray:

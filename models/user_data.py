@@ -121,6 +121,7 @@ class TensorData:
 
     inputs: dict[str, np.ndarray]
     labels: np.ndarray | None = None
+    origin: str | None = None  # what the arrays are when they are not the user's files (reports say it)
 
     def __len__(self) -> int:
         return int(len(next(iter(self.inputs.values()))))

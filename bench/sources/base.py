@@ -32,8 +32,10 @@ class UserRequest:
     labels: str | None = None
     metric: str | None = None
     input_shapes: dict = field(default_factory=dict)  # input name ("" for the only one) -> per-sample shape
+    input_types: dict = field(default_factory=dict)  # input name ("" for the only one) -> numpy type name
     options: dict = field(default_factory=dict)  # the source's options (--model-option for user models)
     seed: int = 0
+    input_shapes_read: bool = field(default=False, repr=False)  # set where example inputs were made from them
 
     @property
     def has_data(self) -> bool:
@@ -47,6 +49,10 @@ class UserRequest:
         if self.options:
             raise EdgesmithError(f"the {source} source has no option(s) {', '.join(sorted(self.options))}.",
                                  "see `edgesmith models` for the options each model source takes.")
+        if self.input_shapes and not self.input_shapes_read:  # a flag that did nothing would mislead
+            given = "the data files" if self.calibration_data or self.eval_data else f"the {source} file itself"
+            raise EdgesmithError(f"--input-shape was not used: the input shapes come from {given}.",
+                                 "drop --input-shape (it makes example inputs for a model given no data).")
 
 
 class ModelSource(ABC):
@@ -102,20 +108,54 @@ def describe_sources() -> list[dict]:
             for n in source_names()]
 
 
-def parse_shapes(items) -> dict:
-    """``--input-shape 3,64,64`` or ``--input-shape name=1,16`` (repeatable) -> {name or "": shape}."""
-    out = {}
+# the element types --input-shape may name; integers are filled with zeros (valid ids), floats standard normal
+INPUT_TYPES = ("float32", "float16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
+
+
+def parse_input_shapes(items) -> tuple[dict, dict]:
+    """``--input-shape 3,64,64``, ``name=1,16`` or ``ids=128:int64`` (repeatable) -> ({name or "": shape},
+    {name or "": element type, where one is given}). The name is read up to the last ``=``, so names with
+    ``:`` in them (``input_1:0``) keep it."""
+    shapes, types = {}, {}
     for item in items or []:
-        name, sep, dims = item.rpartition("=") if "=" in item else ("", "", item)
+        name, _, rest = item.rpartition("=")
+        dims, _, dtype = rest.partition(":")
         try:
             shape = tuple(int(d) for d in dims.split(",") if d.strip())
         except ValueError:
             raise EdgesmithError(f"--input-shape {item!r} is not a list of integers.",
-                                 "write it like 3,64,64 or name=1,16.") from None
+                                 "write it like 3,64,64, name=1,16 or ids=128:int64.") from None
         if not shape or any(d < 1 for d in shape):
             raise EdgesmithError(f"--input-shape {item!r} has no positive dimensions.", "write it like 3,64,64.")
-        out[name.strip()] = shape
-    return out
+        if dtype and dtype.strip() not in INPUT_TYPES:
+            raise EdgesmithError(f"--input-shape {item!r}: {dtype!r} is not an input type edgesmith makes.",
+                                 f"use one of {', '.join(INPUT_TYPES)} after the ':' (e.g. ids=128:int64).")
+        shapes[name.strip()] = shape
+        if dtype:
+            types[name.strip()] = dtype.strip()
+    return shapes, types
+
+
+SYNTHETIC_SAMPLES = 32  # inputs made from --input-shape to score a model given no data (fidelity to fp32)
+
+
+def synthetic_evaluation(specs, request: UserRequest):
+    """Inputs made from ``--input-shape`` for a model given no data files, labelled as such: the model is then
+    scored by its outputs' agreement with the fp32 model's on them (fidelity), never by accuracy. None without
+    ``--input-shape``."""
+    from edgesmith.models.user_data import TensorData
+
+    if not request.input_shapes:
+        return None
+    inputs = sample_inputs(specs, request, n=SYNTHETIC_SAMPLES, seed=request.seed)
+    kinds = {"standard normal" if np.dtype(s.dtype).kind == "f" else "zero" for s in specs}
+    return TensorData(inputs, origin=f"synthetic inputs from --input-shape ({' and '.join(sorted(kinds))} values, "
+                                     "no --eval-data): fidelity to the fp32 model, not a task score")
+
+
+def given_for(table: dict, name: str, n_inputs: int):
+    """The ``--input-shape`` entry for input ``name``: its own, or the unnamed one when the model has one input."""
+    return table.get(name) or (table.get("") if n_inputs == 1 else None)
 
 
 def resolve_model(spec: str, request: UserRequest, *, seed: int = 0):
@@ -156,14 +196,19 @@ def sample_inputs(specs, request: UserRequest, n: int = 2, seed: int = 0) -> dic
         if path is not None:
             data = load_tensors(path, specs, "example data")
             return data.take(slice(0, n))
+    request.input_shapes_read = True
     rng = np.random.default_rng(seed)
     out = {}
     for s in specs:
-        shape = request.input_shapes.get(s.name) or (request.input_shapes.get("") if len(specs) == 1 else None)
+        shape = given_for(request.input_shapes, s.name, len(specs))
         if shape is None:
             raise EdgesmithError(f"no example data for input {s.name!r} to trace the model with.",
                                  "pass --calibration-data / --eval-data, or --input-shape (e.g. 3,64,64 or "
                                  f"{s.name}=3,64,64).")
         dt = np.dtype(s.dtype)
+        said = given_for(request.input_types, s.name, len(specs))
+        if said is not None and np.dtype(said) != dt:
+            raise EdgesmithError(f"--input-shape says {said} for input {s.name!r}, which the model declares {dt.name}.",
+                                 f"drop ':{said}' or write :{dt.name}.")
         out[s.name] = (rng.standard_normal((n, *shape)).astype(dt) if dt.kind == "f" else np.zeros((n, *shape), dt))
     return out

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from edgesmith.bench.sources.base import ModelSource, UserRequest, file_digest, register_source, work_path
+from edgesmith.bench.sources.base import (ModelSource, UserRequest, file_digest, register_source, synthetic_evaluation,
+                                          work_path)
 from edgesmith.common import EdgesmithError, atomic_path
 
 MIN_OPSET = 13
@@ -190,6 +191,10 @@ def onnx_user_model(path: Path, label: str, request: UserRequest, notes: list[st
     ev = load_tensors(request.eval_data, specs, "evaluation data", request.labels) if request.eval_data else None
     if ev is None and request.labels is not None:
         raise EdgesmithError("--labels were given without --eval-data.", "pass the evaluation inputs with --eval-data.")
+    if cal is None and ev is None:  # no data files: --input-shape's synthetic inputs, if given, score fidelity
+        ev = synthetic_evaluation(specs, request)
+        if ev is not None:
+            notes = notes + [f"no data files: scored on {len(ev)} {ev.origin}"]
     meta = {"recurrent": recurrent, "inputs": [s.to_dict() for s in specs]}
     art = Artifact("onnx", path=path, meta=meta)
     rt = get_runtime("onnxruntime").load(art)

@@ -37,7 +37,7 @@ def failing_op(message: str) -> str | None:
 
 def data_specs(request: UserRequest):
     """Input specs read off the user's data (names, dtypes, per-sample shapes; batch dynamic) or the
-    ``--input-shape`` entries (float32)."""
+    ``--input-shape`` entries (float32 unless an entry names its type, ``ids=16:int64``)."""
     from edgesmith.models.user_data import LABEL_KEYS, TensorSpec, read_arrays
 
     for path in (request.calibration_data, request.eval_data):
@@ -46,9 +46,11 @@ def data_specs(request: UserRequest):
             return [TensorSpec(k or "input", np.asarray(v).dtype.name if np.asarray(v).dtype.kind != "f" else "float32",
                                tuple(np.asarray(v).shape[1:])) for k, v in arrays.items()]
     if request.input_shapes:
-        return [TensorSpec(k or "input", "float32", tuple(v)) for k, v in request.input_shapes.items()]
+        return [TensorSpec(k or "input", request.input_types.get(k, "float32"), tuple(v))
+                for k, v in request.input_shapes.items()]
     raise EdgesmithError("a torch model needs example inputs to be exported to ONNX.",
-                         "pass --calibration-data / --eval-data (.npz named by input), or --input-shape 3,64,64.")
+                         "pass --input-shape with each input's per-sample shape (3,64,64; ids=16:int64 for token ids), "
+                         "or --calibration-data / --eval-data (.npz named by input).")
 
 
 def _in_forward_order(module, specs: list, label: str) -> list:
@@ -120,7 +122,8 @@ def export_to_onnx(module, label: str, key: bytes, request: UserRequest, program
         first = (str(e).strip().splitlines() or [""])[0][:300]
         raise EdgesmithError(f"{label} fails on example inputs ({shapes}): {type(e).__name__}: {first}",
                              "give inputs of the shape, type and range its forward takes: --input-shape [NAME=]D,D,... "
-                             "(without the batch; float32), or --calibration-data / --eval-data like them.") from None
+                             "(without the batch; float32 unless a type follows, e.g. ids=16:int64), or --calibration-data / "
+                             "--eval-data like them.") from None
     ref = ref if isinstance(ref, (tuple, list)) else (ref,)
     out_names = ["output"] if len(ref) == 1 else [f"output_{i}" for i in range(len(ref))]
     if not out.exists():

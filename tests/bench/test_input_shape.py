@@ -1,0 +1,175 @@
+"""`--input-shape [NAME=]D,...[:TYPE]`: a model given no data files is traced, exported, quantized and deployed on
+inputs made from its shapes and types, and the reports say those inputs are synthetic."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+from edgesmith.bench.sources.base import parse_input_shapes
+from edgesmith.common import EdgesmithError
+from cli_helpers import assert_user_error, run_cli
+
+FAST = ("--reps", "5", "--warmup", "1", "--quiet", "--no-tvm")
+
+NET = '''import torch
+
+
+class Bag(torch.nn.Module):  # token ids in, class scores out: needs int64 inputs to run at all
+    def __init__(self):
+        super().__init__()
+        self.emb, self.fc = torch.nn.Embedding(100, 16), torch.nn.Linear(16, 4)
+
+    def forward(self, ids):
+        return self.fc(self.emb(ids).mean(1))
+
+
+class Proj(torch.nn.Module):  # a MatMul with a constant 2-D weight, which int4-weight-only rewrites
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(32, 24) * 0.2)
+
+    def forward(self, x):
+        return torch.relu(x @ self.w)
+
+
+def bag():
+    torch.manual_seed(0)
+    return Bag().eval()
+
+
+def proj():
+    torch.manual_seed(0)
+    return Proj().eval()
+'''
+
+
+@pytest.fixture
+def net(tmp_path):
+    (tmp_path / "net.py").write_text(NET)
+    return tmp_path / "net.py"
+
+
+def test_a_shape_may_name_its_input_and_type_and_names_keep_their_colons():
+    shapes, types = parse_input_shapes(["3,64,64", "input_1:0=16:int64", "mask=16"])
+    assert shapes == {"": (3, 64, 64), "input_1:0": (16,), "mask": (16,)}
+    assert types == {"input_1:0": "int64"}  # float32 where no type is given
+
+
+@pytest.mark.parametrize("item, needle", [("16:complex64", "not an input type"), ("ids=a,b", "not a list of integers"),
+                                          ("0,3", "no positive dimensions")])
+def test_a_malformed_shape_is_one_error_naming_it(item, needle):
+    with pytest.raises(EdgesmithError, match=needle):
+        parse_input_shapes([item])
+
+
+def test_an_embedding_model_given_only_typed_shapes_deploys_scored_by_fidelity_on_synthetic_inputs(capsys, net,
+                                                                                                   tmp_path):
+    code, _, err = run_cli(capsys, "deploy", f"{net}:bag", "--target", "host-cpu", "--input-shape", "ids=12:int64",
+                           "--out", tmp_path / "r", *FAST)
+    assert code == 0, err
+    r = json.loads((tmp_path / "r" / "report.json").read_text())
+    ev = r["reference"]["evaluation"]
+    assert ev["metric"] == "fidelity" and ev["n_samples"] == 32
+    assert ev["extra"]["data"].startswith("synthetic inputs from --input-shape (zero values")
+    assert "32 samples of synthetic inputs" in (tmp_path / "r" / "report.md").read_text()
+    # static int8 would calibrate on made-up inputs: it is left out, and the report says why
+    assert any("int8 not built: no calibration data" in n for n in r["plan"]["notes"])
+    (row,) = [x for x in r["results"] if x["variant"] == "fp32"]
+    assert row["latency"]["1"]["provenance"] == "measured"
+
+
+def test_without_the_type_an_embedding_model_is_told_to_give_one(capsys, net, tmp_path):
+    code, _, err = run_cli(capsys, "deploy", f"{net}:bag", "--target", "host-cpu", "--input-shape", "12",
+                           "--out", tmp_path / "r")
+    assert_user_error(code, err, "(input (2, 12) float32)", "ids=16:int64")
+    assert not (tmp_path / "r").exists()
+
+
+def test_export_writes_a_torch_factory_traced_from_its_shape_as_the_int64_graph_torch_computes(capsys, net, tmp_path):
+    code, out, err = run_cli(capsys, "export", f"{net}:bag", "--input-shape", "12:int64", "--out", tmp_path / "b.onnx")
+    assert code == 0, err
+    graph = onnx.load(str(tmp_path / "b.onnx"))
+    assert graph.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.INT64
+    ids = np.random.default_rng(0).integers(0, 100, (3, 12))
+    got = ort.InferenceSession(str(tmp_path / "b.onnx")).run(None, {graph.graph.input[0].name: ids})[0]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("user_net", net)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with torch.no_grad():
+        want = mod.bag()(torch.from_numpy(ids)).numpy()
+    assert np.abs(got - want).max() < 1e-5
+
+
+def test_export_refuses_settings_that_the_trace_on_reading_already_fixed(capsys, net, tmp_path):
+    code, _, err = run_cli(capsys, "export", f"{net}:bag", "--input-shape", "12:int64", "--opset", "17",
+                           "--out", tmp_path / "b.onnx")
+    assert_user_error(code, err, "--opset would be ignored")
+    assert not (tmp_path / "b.onnx").exists()
+
+
+def test_quantize_traces_from_the_shape_scores_fidelity_and_refuses_static_int8_without_calibration(capsys, net,
+                                                                                                  tmp_path):
+    code, out, err = run_cli(capsys, "quantize", f"{net}:proj", "--pass", "int4-weight-only", "--input-shape", "32",
+                             "--out", tmp_path / "q4.onnx", "--quiet")
+    assert code == 0, err
+    assert "fidelity of the written file (32 samples of synthetic inputs from --input-shape" in out
+    assert any(n.op_type == "MatMulNBits" for n in onnx.load(str(tmp_path / "q4.onnx")).graph.node)
+    code, _, err = run_cli(capsys, "quantize", f"{net}:proj", "--pass", "int8-qdq", "--input-shape", "32",
+                           "--out", tmp_path / "q8.onnx", "--quiet")
+    assert_user_error(code, err, "needs calibration data")
+    assert not (tmp_path / "q8.onnx").exists()
+
+
+def test_an_onnx_file_with_a_dynamic_dimension_deploys_from_its_shape_alone(capsys, net, tmp_path):
+    run_cli(capsys, "export", f"{net}:proj", "--input-shape", "32", "--out", tmp_path / "p.onnx")
+    code, _, err = run_cli(capsys, "deploy", tmp_path / "p.onnx", "--target", "host-cpu", "--input-shape", "32",
+                           "--out", tmp_path / "r", *FAST)
+    assert code == 0, err
+    r = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert "standard normal values" in r["reference"]["evaluation"]["extra"]["data"]
+    assert {x["variant"] for x in r["results"]} >= {"fp32", "int4"}
+
+
+@pytest.mark.parametrize("argv, needle", [
+    # data files fix the shapes: a flag that would do nothing is refused rather than ignored
+    (lambda t, net: ["deploy", t / "p.onnx", "--target", "host-cpu", "--eval-data", t / "x.npy", "--input-shape", "32"],
+     "--input-shape was not used: the input shapes come from the data files"),
+    (lambda t, net: ["deploy", t / "p.onnx", "--target", "host-cpu", "--input-shape", "32:int64"],
+     "--input-shape says int64 for input"),
+    (lambda t, net: ["export", "digits-mlp", "--input-shape", "64"], "digits-mlp is a producer"),
+    (lambda t, net: ["quantize", t / "p.onnx", "--input-shape", "32"], "is an ONNX file, whose graph"),
+])
+def test_an_input_shape_that_cannot_apply_is_refused_before_anything_is_written(capsys, net, tmp_path, argv, needle):
+    run_cli(capsys, "export", f"{net}:proj", "--input-shape", "32", "--out", tmp_path / "p.onnx")
+    np.save(tmp_path / "x.npy", np.zeros((4, 32), np.float32))
+    code, _, err = run_cli(capsys, *argv(tmp_path, net), "--out", tmp_path / "o.onnx")
+    assert_user_error(code, err, needle)
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_bench_checks_a_given_type_against_the_graph(capsys, net, tmp_path):
+    run_cli(capsys, "export", f"{net}:bag", "--input-shape", "12:int64", "--out", tmp_path / "b.onnx")
+    code, _, err = run_cli(capsys, "bench", tmp_path / "b.onnx", "--input-shape", "12:float32", "--reps", "5")
+    assert_user_error(code, err, "which the graph declares int64")
+    code, out, err = run_cli(capsys, "bench", tmp_path / "b.onnx", "--input-shape", "12:int64", "--reps", "5",
+                             "--warmup", "1")
+    assert code == 0, err
+
+
+def test_the_api_checks_input_types(tmp_path, net):
+    import edgesmith
+
+    with pytest.raises(EdgesmithError, match="is not an input type"):
+        edgesmith.deploy(f"{net}:bag", "host-cpu", out=tmp_path / "r", input_shapes={"ids": (12,)},
+                         input_types={"ids": "long"})
+    with pytest.raises(EdgesmithError, match="which input_shapes does not"):
+        edgesmith.deploy(f"{net}:bag", "host-cpu", out=tmp_path / "r", input_shapes={"ids": (12,)},
+                         input_types={"mask": "int64"})
+    assert not (tmp_path / "r").exists()
