@@ -92,9 +92,10 @@ class UserModel(Producer):
     def _data(self, which: TensorData | None) -> TensorData:
         data = which or self.calibration or self.evaluation
         if data is None:
-            forms = "UTF-8 text or a folder of .txt files" if self.kind == "token-lm" else ".npy, .npz or a folder"
+            forms = ("UTF-8 text or a folder of .txt files" if self.kind == "token-lm" else
+                     ".npy, .npz or a folder; or --input-shape [NAME=]D,...[:TYPE] to be scored on synthetic inputs")
             raise NoEvaluationData(f"{self.name} has no data to run on.",
-                                 f"pass --calibration-data and/or --eval-data ({forms}).")
+                                   f"pass --calibration-data and/or --eval-data ({forms}).")
         return data
 
     def _as_feed(self, d: dict):

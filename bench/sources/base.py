@@ -201,6 +201,8 @@ def sample_inputs(specs, request: UserRequest, n: int = 2, seed: int = 0) -> dic
     out = {}
     for s in specs:
         shape = given_for(request.input_shapes, s.name, len(specs))
+        if shape is None and s.shape and None not in s.shape:  # a model that fixes its own shapes (a .pt2 program)
+            shape = s.shape
         if shape is None:
             raise EdgesmithError(f"no example data for input {s.name!r} to trace the model with.",
                                  "pass --calibration-data / --eval-data, or --input-shape (e.g. 3,64,64 or "

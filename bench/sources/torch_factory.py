@@ -106,7 +106,10 @@ def export_to_onnx(module, label: str, key: bytes, request: UserRequest, program
     path and notes (which exporter, the export's error against torch on the example inputs)."""
     import torch
 
-    specs = data_specs(request) if program is not None else _in_forward_order(module, data_specs(request), label)
+    if program is not None:
+        specs = data_specs(request) if request.has_data or request.input_shapes else program_specs(program, label)
+    else:
+        specs = _in_forward_order(module, data_specs(request), label)
     example = sample_inputs(specs, request, n=_program_batch(program) or 2, seed=request.seed)
     names = [s.name for s in specs]
     args = tuple(torch.from_numpy(np.ascontiguousarray(example[n])) for n in names)
@@ -153,6 +156,28 @@ def export_to_onnx(module, label: str, key: bytes, request: UserRequest, program
     notes.append(f"exported from torch to ONNX here; largest output difference from the torch module on 2 example "
                  f"inputs: {diff:.3g}")
     return out, notes
+
+
+def program_specs(program, label: str) -> list:
+    """A ``torch.export`` program's inputs as it was exported (names, types, per-sample shapes): enough to export
+    it without data when every dimension after the batch is fixed."""
+    import torch
+
+    from edgesmith.models.user_data import TensorSpec
+
+    user = set(program.graph_signature.user_inputs)
+    specs = []
+    for node in (n for n in program.graph.nodes if n.op == "placeholder" and n.name in user):
+        val = node.meta.get("val")
+        dims = tuple(getattr(val, "shape", ())[1:])
+        dtype = str(getattr(val, "dtype", "float32")).replace("torch.", "")
+        if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in dims):
+            typed = "" if dtype == "float32" else f":{dtype}"
+            raise EdgesmithError(f"{label}: input {node.name!r} has dynamic dimensions after the batch, so its example "
+                                 "inputs cannot be made from the program alone.",
+                                 f"pass --input-shape {node.name}=D,...{typed} or --calibration-data / --eval-data.")
+        specs.append(TensorSpec(node.name, dtype, dims))
+    return specs
 
 
 def _program_batch(program) -> int | None:

@@ -173,3 +173,31 @@ def test_the_api_checks_input_types(tmp_path, net):
         edgesmith.deploy(f"{net}:bag", "host-cpu", out=tmp_path / "r", input_shapes={"ids": (12,)},
                          input_types={"mask": "int64"})
     assert not (tmp_path / "r").exists()
+
+
+def test_a_torch_export_program_exports_with_the_shapes_and_types_it_was_exported_with(capsys, tmp_path):
+    class Bag(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(50, 8)
+
+        def forward(self, ids):
+            return self.emb(ids).mean(1)
+
+    torch.manual_seed(0)
+    bag = Bag().eval()
+    torch.export.save(torch.export.export(bag, (torch.zeros(1, 6, dtype=torch.long),)), str(tmp_path / "b.pt2"))
+    code, _, err = run_cli(capsys, "export", tmp_path / "b.pt2", "--out", tmp_path / "b.onnx")
+    assert code == 0, err
+    ids = np.arange(6).reshape(1, 6)
+    sess = ort.InferenceSession(str(tmp_path / "b.onnx"))
+    with torch.no_grad():
+        want = bag(torch.from_numpy(ids)).numpy()
+    assert np.abs(sess.run(None, {sess.get_inputs()[0].name: ids})[0] - want).max() < 1e-6
+    # a program whose sequence length is dynamic has no shape of its own to make inputs with: it says which input
+    seq = torch.export.Dim("seq", min=2, max=64)
+    torch.export.save(torch.export.export(bag, (torch.zeros(1, 6, dtype=torch.long),), dynamic_shapes=({1: seq},)),
+                      str(tmp_path / "d.pt2"))
+    code, _, err = run_cli(capsys, "export", tmp_path / "d.pt2", "--out", tmp_path / "d.onnx")
+    assert_user_error(code, err, "input 'ids' has dynamic dimensions", "--input-shape ids=D,...:int64")
+    assert not (tmp_path / "d.onnx").exists()
