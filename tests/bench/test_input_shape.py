@@ -201,3 +201,39 @@ def test_a_torch_export_program_exports_with_the_shapes_and_types_it_was_exporte
     code, _, err = run_cli(capsys, "export", tmp_path / "d.pt2", "--out", tmp_path / "d.onnx")
     assert_user_error(code, err, "input 'ids' has dynamic dimensions", "--input-shape ids=D,...:int64")
     assert not (tmp_path / "d.onnx").exists()
+
+
+BERT = '''import torch
+from transformers import BertConfig, BertForSequenceClassification
+
+
+class Logits(torch.nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids, attention_mask):
+        return self.m(input_ids=input_ids, attention_mask=attention_mask).logits
+
+
+def make():
+    cfg = BertConfig(vocab_size=500, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                     max_position_embeddings=64, num_labels=3)
+    return Logits(BertForSequenceClassification(cfg)).eval()
+'''
+
+
+def test_a_public_bert_with_two_int64_inputs_deploys_from_typed_shapes_alone(capsys, tmp_path):
+    # Hugging Face's BERT, not written here: token ids and an attention mask, both int64, named by forward
+    (tmp_path / "bert.py").write_text(BERT)
+    code, _, err = run_cli(capsys, "deploy", f"{tmp_path / 'bert.py'}:make", "--target", "host-cpu",
+                           "--input-shape", "input_ids=16:int64", "--input-shape", "attention_mask=16:int64",
+                           "--out", tmp_path / "r", *FAST)
+    assert code == 0, err
+    r = json.loads((tmp_path / "r" / "report.json").read_text())
+    graph = onnx.load(r["variants"][0]["artifact"], load_external_data=False).graph  # the traced fp32 file
+    assert [(i.name, i.type.tensor_type.elem_type) for i in graph.input] == [
+        ("input_ids", onnx.TensorProto.INT64), ("attention_mask", onnx.TensorProto.INT64)]
+    rows = {x["variant"]: x for x in r["results"]}
+    assert rows["fp32"]["max_abs_diff"] == 0
+    assert rows["int4"]["evaluation"]["value"] > 30  # output SQNR in dB of 4-bit weights on the synthetic inputs
