@@ -108,6 +108,7 @@ def describe_sources() -> list[dict]:
             for n in source_names()]
 
 
+MAX_SAMPLE_ELEMENTS = 2 ** 24  # per example sample: 64 MiB of float32, 2 GiB for the 32 synthetic samples
 # the element types --input-shape may name; integers are filled with zeros (valid ids), floats standard normal
 INPUT_TYPES = ("float32", "float16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
 
@@ -127,6 +128,10 @@ def parse_input_shapes(items) -> tuple[dict, dict]:
                                  "write it like 3,64,64, name=1,16 or ids=128:int64.") from None
         if not shape or any(d < 1 for d in shape):
             raise EdgesmithError(f"--input-shape {item!r} has no positive dimensions.", "write it like 3,64,64.")
+        if int(np.prod(shape, dtype=np.float64)) > MAX_SAMPLE_ELEMENTS:  # 32 synthetic samples must fit in memory
+            raise EdgesmithError(f"--input-shape {item!r} makes samples of {np.prod(shape, dtype=np.float64):.3g} "
+                                 f"elements; edgesmith makes example inputs of up to {MAX_SAMPLE_ELEMENTS:,} per sample.",
+                                 "give the per-sample shape without the batch (e.g. 3,224,224), or pass data files.")
         if dtype and dtype.strip() not in INPUT_TYPES:
             raise EdgesmithError(f"--input-shape {item!r}: {dtype!r} is not an input type edgesmith makes.",
                                  f"use one of {', '.join(INPUT_TYPES)} after the ':' (e.g. ids=128:int64).")
