@@ -169,6 +169,9 @@ def resolve_model(spec: str, request: UserRequest, *, seed: int = 0):
     from edgesmith.models import get_producer, producer_names
 
     if spec in producer_names():
+        if request.input_shapes:  # a producer's inputs are its own: the flag would do nothing
+            raise EdgesmithError(f"--input-shape traces a model file without data; {spec} is a producer, which has its "
+                                 f"own input shape.", "drop --input-shape.")
         producer = get_producer(spec, seed=seed, **request.options)
         if not request.has_data:
             return producer
