@@ -240,3 +240,12 @@ def test_a_public_bert_with_two_int64_inputs_deploys_from_typed_shapes_alone(cap
     rows = {x["variant"]: x for x in r["results"]}
     assert rows["fp32"]["max_abs_diff"] == 0
     assert rows["int4"]["evaluation"]["value"] > 30  # output SQNR in dB of 4-bit weights on the synthetic inputs
+
+
+def test_a_recipe_gives_typed_shapes_as_the_flag_does(capsys, net, tmp_path):
+    (tmp_path / "r.toml").write_text(f'model = "{net}:bag"\ntarget = "host-cpu"\ninput_shape = ["ids=12:int64"]\n'
+                                     '[plan]\ntvm = false\nvariants = ["fp32"]\n[bench]\nwarmup = 1\nreps = 5\n')
+    code, _, err = run_cli(capsys, "deploy", "--recipe", tmp_path / "r.toml", "--out", tmp_path / "r", "--quiet")
+    assert code == 0, err
+    r = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert r["reference"]["evaluation"]["extra"]["data"].startswith("synthetic inputs from --input-shape (zero")
