@@ -83,6 +83,11 @@ def test_loihi2_deploy_checks_lava_against_the_bit_exact_reference(tmp_path):
     ref = report["reference"]["evaluation"]["value"]
     assert abs(row["evaluation"]["value"] - ref) < 0.02
     assert "bit-exact reference" in (out / "report.md").read_text()
+    # the OOD monitor reads the Lava outputs too (most of this test's time): all four sets, scores close to fp32's
+    ood, ood_ref = row["ood"], report["ood_reference"]
+    assert ood["sets"] == {"id": 360, "noise": 360, "rotated": 360, "inverted": 360}
+    assert abs(ood["auroc"]["mahalanobis"]["pooled"] - ood_ref["auroc"]["mahalanobis"]["pooled"]) < 0.05
+    assert all(rate < 0.15 for rate in ood["id_flag_rate_at_fp32_threshold"].values())  # 0.05 if nothing moved
 
 
 def _digits_with_hints(monkeypatch):
