@@ -144,18 +144,22 @@ def parse_input_shapes(items) -> tuple[dict, dict]:
 SYNTHETIC_SAMPLES = 32  # inputs made from --input-shape to score a model given no data (fidelity to fp32)
 
 
-def synthetic_evaluation(specs, request: UserRequest):
+def synthetic_evaluation(specs, request: UserRequest, id_bounds: dict | None = None):
     """Inputs made from ``--input-shape`` for a model given no data files, labelled as such: the model is then
-    scored by its outputs' agreement with the fp32 model's on them (fidelity), never by accuracy. None without
-    ``--input-shape``."""
+    scored by its outputs' agreement with the fp32 model's on them (fidelity), never by accuracy. ``id_bounds``
+    ({input: rows of the table it indexes}) lets token ids vary below that bound; other integers are zeros. None
+    without ``--input-shape``."""
     from edgesmith.models.user_data import TensorData
 
     if not request.input_shapes:
         return None
-    inputs = sample_inputs(specs, request, n=SYNTHETIC_SAMPLES, seed=request.seed)
-    kinds = {"standard normal" if np.dtype(s.dtype).kind == "f" else "zero" for s in specs}
-    return TensorData(inputs, origin=f"synthetic inputs from --input-shape ({' and '.join(sorted(kinds))} values, "
-                                     "no --eval-data): fidelity to the fp32 model, not a task score")
+    bounds = id_bounds or {}
+    inputs = sample_inputs(specs, request, n=SYNTHETIC_SAMPLES, seed=request.seed, id_bounds=bounds)
+    made = [f"{s.name}: " + ("standard normal" if np.dtype(s.dtype).kind == "f" else
+                             f"random ids below {bounds[s.name]}, the rows it indexes" if s.name in bounds else "zeros")
+            for s in specs]
+    return TensorData(inputs, origin=f"synthetic inputs from --input-shape ({'; '.join(made)}; no --eval-data): "
+                                     "fidelity to the fp32 model, not a task score")
 
 
 def given_for(table: dict, name: str, n_inputs: int):
@@ -195,7 +199,8 @@ def resolve_model(spec: str, request: UserRequest, *, seed: int = 0):
                          f"use a producer name (see `edgesmith models`) or a path; sources: {', '.join(names)}.")
 
 
-def sample_inputs(specs, request: UserRequest, n: int = 2, seed: int = 0) -> dict[str, np.ndarray]:
+def sample_inputs(specs, request: UserRequest, n: int = 2, seed: int = 0,
+                  id_bounds: dict | None = None) -> dict[str, np.ndarray]:
     """Example inputs for tracing or exporting a model: the user's data if given, else ``--input-shape``
     (standard normal floats, zeros for integer inputs)."""
     from edgesmith.models.user_data import load_tensors
@@ -220,5 +225,10 @@ def sample_inputs(specs, request: UserRequest, n: int = 2, seed: int = 0) -> dic
         if said is not None and np.dtype(said) != dt:
             raise EdgesmithError(f"--input-shape says {said} for input {s.name!r}, which the model declares {dt.name}.",
                                  f"drop ':{said}' or write :{dt.name}.")
-        out[s.name] = (rng.standard_normal((n, *shape)).astype(dt) if dt.kind == "f" else np.zeros((n, *shape), dt))
+        if dt.kind == "f":
+            out[s.name] = rng.standard_normal((n, *shape)).astype(dt)
+        elif id_bounds and s.name in id_bounds:  # token ids: any row of the table they index
+            out[s.name] = rng.integers(0, id_bounds[s.name], (n, *shape)).astype(dt)
+        else:  # zeros are valid for any integer input (an id, a count, a mask)
+            out[s.name] = np.zeros((n, *shape), dt)
     return out

@@ -192,7 +192,7 @@ def onnx_user_model(path: Path, label: str, request: UserRequest, notes: list[st
     if ev is None and request.labels is not None:
         raise EdgesmithError("--labels were given without --eval-data.", "pass the evaluation inputs with --eval-data.")
     if cal is None and ev is None:  # no data files: --input-shape's synthetic inputs, if given, score fidelity
-        ev = synthetic_evaluation(specs, request)
+        ev = synthetic_evaluation(specs, request, _gather_rows(model, {s.name for s in specs}))
         if ev is not None:
             notes = notes + [f"no data files: scored on {len(ev)} {ev.origin}"]
     meta = {"recurrent": recurrent, "inputs": [s.to_dict() for s in specs]}
@@ -212,6 +212,23 @@ def onnx_user_model(path: Path, label: str, request: UserRequest, notes: list[st
                      evaluation=ev, metric=request.metric, reference=reference, recurrent=recurrent,
                      frame_seconds=frame_seconds, notes=tuple(notes), unsupported=unsupported, seed=request.seed,
                      step_calibration=step_calibration)
+
+
+def _gather_rows(model, names: set) -> dict[str, int]:
+    """{integer input: rows of the constant table it indexes} for inputs used directly as the indices of a Gather on
+    axis 0 of an initializer (an embedding's token ids); the smallest table when several."""
+    from onnx import helper
+
+    tables = {t.name: list(t.dims) for t in model.graph.initializer}
+    rows = {}
+    for node in model.graph.node:
+        if node.op_type != "Gather" or len(node.input) < 2 or node.input[1] not in names:
+            continue
+        axis = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "axis"), 0)
+        dims = tables.get(node.input[0])
+        if axis == 0 and dims:
+            rows[node.input[1]] = min(rows.get(node.input[1], dims[0]), dims[0])
+    return rows
 
 
 def _has_matmul_weights(model, inits) -> bool:

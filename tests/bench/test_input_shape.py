@@ -77,7 +77,8 @@ def test_an_embedding_model_given_only_typed_shapes_deploys_scored_by_fidelity_o
     r = json.loads((tmp_path / "r" / "report.json").read_text())
     ev = r["reference"]["evaluation"]
     assert ev["metric"] == "fidelity" and ev["n_samples"] == 32
-    assert ev["extra"]["data"].startswith("synthetic inputs from --input-shape (zero values")
+    # the ids vary over the embedding's 100 rows (zeros would score one token), and the report says what they are
+    assert ev["extra"]["data"].startswith("synthetic inputs from --input-shape (ids: random ids below 100")
     assert "32 samples of synthetic inputs" in (tmp_path / "r" / "report.md").read_text()
     # static int8 would calibrate on made-up inputs: it is left out, and the report says why
     assert any("int8 not built: no calibration data" in n for n in r["plan"]["notes"])
@@ -135,7 +136,7 @@ def test_an_onnx_file_with_a_dynamic_dimension_deploys_from_its_shape_alone(caps
                            "--out", tmp_path / "r", *FAST)
     assert code == 0, err
     r = json.loads((tmp_path / "r" / "report.json").read_text())
-    assert "standard normal values" in r["reference"]["evaluation"]["extra"]["data"]
+    assert "(input: standard normal;" in r["reference"]["evaluation"]["extra"]["data"]
     assert {x["variant"] for x in r["results"]} >= {"fp32", "int4"}
 
 
@@ -237,6 +238,9 @@ def test_a_public_bert_with_two_int64_inputs_deploys_from_typed_shapes_alone(cap
     graph = onnx.load(r["variants"][0]["artifact"], load_external_data=False).graph  # the traced fp32 file
     assert [(i.name, i.type.tensor_type.elem_type) for i in graph.input] == [
         ("input_ids", onnx.TensorProto.INT64), ("attention_mask", onnx.TensorProto.INT64)]
+    # ids below the word-embedding rows; the mask feeds a Cast, not a table, so it gets zeros (valid for any mask)
+    assert "input_ids: random ids below 500, the rows it indexes; attention_mask: zeros" in \
+        r["reference"]["evaluation"]["extra"]["data"]
     rows = {x["variant"]: x for x in r["results"]}
     assert rows["fp32"]["max_abs_diff"] == 0
     assert rows["int4"]["evaluation"]["value"] > 30  # output SQNR in dB of 4-bit weights on the synthetic inputs
@@ -248,4 +252,21 @@ def test_a_recipe_gives_typed_shapes_as_the_flag_does(capsys, net, tmp_path):
     code, _, err = run_cli(capsys, "deploy", "--recipe", tmp_path / "r.toml", "--out", tmp_path / "r", "--quiet")
     assert code == 0, err
     r = json.loads((tmp_path / "r" / "report.json").read_text())
-    assert r["reference"]["evaluation"]["extra"]["data"].startswith("synthetic inputs from --input-shape (zero")
+    assert r["reference"]["evaluation"]["extra"]["data"].startswith("synthetic inputs from --input-shape (ids: random")
+
+
+def test_only_ids_that_index_the_rows_of_a_constant_table_get_a_bound():
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgesmith.bench.sources.onnx_file import _gather_rows
+
+    table = numpy_helper.from_array(np.zeros((7, 3), np.float32), "table")
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"]),  # rows of a constant: ids below 7
+             helper.make_node("Gather", ["table", "cols"], ["c"], axis=1),  # columns: not an id of a row
+             helper.make_node("Gather", ["x", "pos"], ["p"])]  # a table computed at run time: unknown size
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.INT64, [1, 2])
+                                           for n in ("ids", "cols", "pos")]
+                              + [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 3])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("e", "c", "p")],
+                              initializer=[table])
+    assert _gather_rows(helper.make_model(graph), {"ids", "cols", "pos"}) == {"ids": 7}
