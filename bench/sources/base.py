@@ -202,7 +202,7 @@ def resolve_model(spec: str, request: UserRequest, *, seed: int = 0):
 def sample_inputs(specs, request: UserRequest, n: int = 2, seed: int = 0,
                   id_bounds: dict | None = None) -> dict[str, np.ndarray]:
     """Example inputs for tracing or exporting a model: the user's data if given, else ``--input-shape``
-    (standard normal floats, zeros for integer inputs)."""
+    (standard normal floats; integers random below ``id_bounds[name]`` where given, else zeros)."""
     from edgesmith.models.user_data import load_tensors
 
     for path in (request.calibration_data, request.eval_data):

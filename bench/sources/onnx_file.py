@@ -226,7 +226,7 @@ def _gather_rows(model, names: set) -> dict[str, int]:
             continue
         axis = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "axis"), 0)
         dims = tables.get(node.input[0])
-        if axis == 0 and dims:
+        if axis == 0 and dims and dims[0] > 0:
             rows[node.input[1]] = min(rows.get(node.input[1], dims[0]), dims[0])
     return rows
 
