@@ -87,11 +87,11 @@ def _input_types(types, shapes) -> dict:
 
 
 def _traced(model: str, input_shapes, input_types) -> tuple[dict, dict]:
-    """Shapes and types to trace ``model`` with, refused for a model that is not traced (a producer, an ONNX file)."""
+    """Shapes and types to trace ``model`` with, refused for an ONNX file, which ``export`` and ``quantize`` do not
+    trace (``resolve_model`` refuses them for a producer)."""
     shapes, types = _table(input_shapes, "input_shapes"), _input_types(input_types, input_shapes)
-    if shapes and not is_model_file(model):
-        raise EdgesmithError(f"--input-shape traces a model file without data; {model} is "
-                             f"{'an ONNX file, whose graph' if str(model).endswith('.onnx') else 'a producer, which'} "
+    if shapes and str(model).endswith(".onnx"):
+        raise EdgesmithError(f"--input-shape traces a model file without data; {model} is an ONNX file, whose graph "
                              "has its own shapes.", "drop --input-shape.")
     return shapes, types
 
@@ -279,7 +279,7 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
             calib = first_samples(calib, n_calibration or 128)
     else:
         request = None
-        if user_file:
+        if user_file or shapes:  # a producer given shapes is refused where it is resolved
             from edgesmith.bench.sources.base import UserRequest
 
             request = UserRequest(calibration_data=None if calibration_data is None else str(calibration_data),

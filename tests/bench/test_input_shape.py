@@ -148,6 +148,7 @@ def test_an_onnx_file_with_a_dynamic_dimension_deploys_from_its_shape_alone(caps
      "--input-shape says int64 for input"),
     (lambda t, net: ["export", "digits-mlp", "--input-shape", "64"], "digits-mlp is a producer"),
     (lambda t, net: ["deploy", "digits-mlp", "--target", "host-cpu", "--input-shape", "64"], "digits-mlp is a producer"),
+    (lambda t, net: ["quantize", "digits-mlp", "--input-shape", "64"], "digits-mlp is a producer"),
     (lambda t, net: ["quantize", t / "p.onnx", "--input-shape", "32"], "is an ONNX file, whose graph"),
 ])
 def test_an_input_shape_that_cannot_apply_is_refused_before_anything_is_written(capsys, net, tmp_path, argv, needle):
