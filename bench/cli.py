@@ -156,7 +156,7 @@ def bench_inputs(model, shapes: dict, batch: int, seed: int, types: dict | None 
     ``--input-shape [NAME=]D,...`` for dynamic ones; floats standard normal, integers zeros (valid ids)."""
     import numpy as np
 
-    from edgesmith.bench.sources.base import given_for
+    from edgesmith.bench.sources.base import check_given_type, given_for
     from edgesmith.compress.onnx_analysis import data_inputs
 
     rng = np.random.default_rng(seed)
@@ -164,10 +164,8 @@ def bench_inputs(model, shapes: dict, batch: int, seed: int, types: dict | None 
     out = {}
     for name, dtype, dims in inputs:
         given = given_for(shapes, name, len(inputs))
-        said = given_for(types or {}, name, len(inputs))
-        if said is not None and np.dtype(said) != dtype:
-            raise EdgesmithError(f"--input-shape says {said} for input {name!r}, which the graph declares {dtype.name}.",
-                                 f"drop ':{said}' (bench feeds each input the graph's own type).")
+        check_given_type(types or {}, name, len(inputs), dtype, "graph",
+                         "drop ':{said}' (bench feeds each input the graph's own type).")
         fixed = dims[0]
         if fixed is not None and fixed != batch:
             raise EdgesmithError(f"input {name!r} has a fixed batch of {fixed}; it cannot be timed at batch {batch}.",

@@ -167,6 +167,14 @@ def given_for(table: dict, name: str, n_inputs: int):
     return table.get(name) or (table.get("") if n_inputs == 1 else None)
 
 
+def check_given_type(types: dict, name: str, n_inputs: int, declared, where: str, fix: str) -> None:
+    """An ``--input-shape`` type for input ``name`` that differs from the type ``where`` declares is refused."""
+    said = given_for(types, name, n_inputs)
+    if said is not None and np.dtype(said) != np.dtype(declared):
+        raise EdgesmithError(f"--input-shape says {said} for input {name!r}, which the {where} declares "
+                             f"{np.dtype(declared).name}.", fix.format(said=said, declared=np.dtype(declared).name))
+
+
 def resolve_model(spec: str, request: UserRequest, *, seed: int = 0):
     """A producer for ``spec``: a registered producer (wrapped with the user's data if any), or what the
     first model source that recognises ``spec`` loads."""
@@ -221,10 +229,7 @@ def sample_inputs(specs, request: UserRequest, n: int = 2, seed: int = 0,
                                  "pass --calibration-data / --eval-data, or --input-shape (e.g. 3,64,64 or "
                                  f"{s.name}=3,64,64).")
         dt = np.dtype(s.dtype)
-        said = given_for(request.input_types, s.name, len(specs))
-        if said is not None and np.dtype(said) != dt:
-            raise EdgesmithError(f"--input-shape says {said} for input {s.name!r}, which the model declares {dt.name}.",
-                                 f"drop ':{said}' or write :{dt.name}.")
+        check_given_type(request.input_types, s.name, len(specs), dt, "model", "drop ':{said}' or write :{declared}.")
         if dt.kind == "f":
             out[s.name] = rng.standard_normal((n, *shape)).astype(dt)
         elif id_bounds and s.name in id_bounds:  # token ids: any row of the table they index
