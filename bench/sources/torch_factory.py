@@ -165,9 +165,8 @@ def program_specs(program, label: str) -> list:
 
     from edgesmith.models.user_data import TensorSpec
 
-    user = set(program.graph_signature.user_inputs)
     specs = []
-    for node in (n for n in program.graph.nodes if n.op == "placeholder" and n.name in user):
+    for node in _user_inputs(program):
         val = node.meta.get("val")
         dims = tuple(getattr(val, "shape", ())[1:])
         dtype = str(getattr(val, "dtype", "float32")).replace("torch.", "")
@@ -180,14 +179,18 @@ def program_specs(program, label: str) -> list:
     return specs
 
 
+def _user_inputs(program) -> list:
+    """The placeholder nodes of a ``torch.export`` program's own inputs (not its parameters or buffers), in order."""
+    user = set(program.graph_signature.user_inputs)
+    return [n for n in program.graph.nodes if n.op == "placeholder" and n.name in user]
+
+
 def _program_batch(program) -> int | None:
     """The fixed batch of an exported program's first input (None when dynamic or unknown)."""
     if program is None:
         return None
     try:
-        node = next(n for n in program.graph.nodes if n.op == "placeholder"
-                    and n.name in set(program.graph_signature.user_inputs))
-        d = node.meta["val"].shape[0]
+        d = _user_inputs(program)[0].meta["val"].shape[0]
         return int(d) if isinstance(d, int) else None
     except Exception:  # symbolic or missing metadata: no fixed batch to honour
         return None
