@@ -107,7 +107,8 @@ def export_to_onnx(module, label: str, key: bytes, request: UserRequest, program
     import torch
 
     if program is not None:
-        specs = data_specs(request) if request.has_data or request.input_shapes else program_specs(program, label)
+        given = request.calibration_data or request.eval_data or request.input_shapes  # --labels/--metric hold no inputs
+        specs = data_specs(request) if given else program_specs(program, label)
     else:
         specs = _in_forward_order(module, data_specs(request), label)
     example = sample_inputs(specs, request, n=_program_batch(program) or 2, seed=request.seed)

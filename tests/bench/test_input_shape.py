@@ -199,6 +199,10 @@ def test_a_torch_export_program_exports_with_the_shapes_and_types_it_was_exporte
     with torch.no_grad():
         want = bag(torch.from_numpy(ids)).numpy()
     assert np.abs(sess.run(None, {sess.get_inputs()[0].name: ids})[0] - want).max() < 1e-6
+    # --metric holds no inputs: the program's own shapes still trace it, and the refusal is about the metric's labels
+    code, _, err = run_cli(capsys, "deploy", tmp_path / "b.pt2", "--target", "host-cpu", "--metric", "mse", "--no-tvm",
+                           "--out", tmp_path / "m")
+    assert_user_error(code, err, "metric mse needs labels")
     # a program whose sequence length is dynamic has no shape of its own to make inputs with: it says which input
     seq = torch.export.Dim("seq", min=2, max=64)
     torch.export.save(torch.export.export(bag, (torch.zeros(1, 6, dtype=torch.long),), dynamic_shapes=({1: seq},)),
