@@ -96,6 +96,20 @@ def _traced(model: str, input_shapes, input_types) -> tuple[dict, dict]:
     return shapes, types
 
 
+def _check_examples(model: str, example_data) -> None:
+    """``example_data`` is refused for a model that is not traced from torch (it would be read for nothing)."""
+    from edgesmith.bench.sources.base import find_source
+    from edgesmith.models import producer_names
+
+    if example_data is None:
+        return
+    src = None if model in producer_names() else find_source(model)
+    if model in producer_names() or (src is not None and not src.traced):
+        what = "a producer, which has its own inputs" if src is None else f"read by the {src.name} source, not traced"
+        raise EdgesmithError(f"--example-data traces a torch model (file.py:factory, .pt, .pt2); {model} is {what}.",
+                             "drop --example-data.")
+
+
 def _producer(model: str, seed: int, model_options: dict | None, request=None):
     """A built producer and its kind: a registered one by name, or with ``request`` (a ``UserRequest``) what the
     model source that reads ``model`` (a user's file) loads."""
@@ -124,7 +138,8 @@ PTH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
 def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed: int = 0,
            model_options: dict | None = None, force: bool = False, dtype: str | None = None,
-           options: dict | None = None, input_shapes: dict | None = None, input_types: dict | None = None) -> Path:
+           options: dict | None = None, input_shapes: dict | None = None, input_types: dict | None = None,
+           example_data: str | os.PathLike | None = None) -> Path:
     """Write ``model`` with its kind's export pass (ONNX: a graph, a step graph or a tree ensemble; ``options``
     go to that pass's config, e.g. ``{"batch": 1, "vq_form": "int8"}`` for a token-lm decode graph); an RWKV model
     to ``out.rwkvc.npz`` with ``export-rwkv-c`` (the C decoder's file, ``{"weights": "int4"}`` to round fp32
@@ -132,7 +147,8 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
     (a producer, an official checkpoint, an edgesmith quantized one) to ``out.pth`` becomes an official-layout
     checkpoint in ``dtype`` (fp16, the default, bf16, fp32), quantized weights dequantized, that BlinkDL's ``rwkv``
     package loads. A setting the chosen output would ignore (``dtype`` for ONNX, ``options`` for .pth) is refused.
-    ``input_shapes`` / ``input_types``: the example inputs that a torch model is traced with, as ``deploy`` takes them."""
+    ``input_shapes`` / ``input_types``: the example inputs that a torch model is traced with, as ``deploy`` takes them;
+    ``example_data`` (.npy / .npz / a folder of them): real example inputs to trace it with instead."""
     from edgesmith.bench.deploy import source_artifact
     from edgesmith.bench.sources.base import UserRequest, resolve_model
     from edgesmith.compress import PassContext, config_from_dict, run_passes
@@ -152,10 +168,12 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
         given = [f"--option {k}" for k in options or {}] + (["--opset"] if opset else [])
         raise EdgesmithError(f"{', '.join(given)} would be ignored: an official .pth export has no pass options, "
                              "only --dtype.", "drop them, or export to .onnx / .rwkvc.npz, whose passes take options.")
+    _check_examples(model, example_data)
     _check_out(out, force=force)
     # a producer or a user's file (an official or quantized RWKV checkpoint, ...): the source that reads it
-    source = resolve_model(model, UserRequest(options=dict(model_options or {}), input_shapes=shapes, input_types=types,
-                                              seed=seed), seed=seed)
+    request = UserRequest(options=dict(model_options or {}), input_shapes=shapes, input_types=types, seed=seed,
+                          calibration_data=None if example_data is None else str(example_data))
+    source = resolve_model(model, request, seed=seed)
     if out.suffix == ".pth":
         import torch
 

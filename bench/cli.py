@@ -108,7 +108,8 @@ def _traced_inputs(args) -> dict:
 def cmd_export(args) -> int:
     out = api.export(args.model, args.out, opset=args.opset, seed=args.seed, force=args.force, dtype=args.dtype,
                      model_options=parse_key_values(args.model_option, "--model-option"),
-                     options=parse_key_values(args.option, "--option"), **_traced_inputs(args))
+                     options=parse_key_values(args.option, "--option"), example_data=args.example_data,
+                     **_traced_inputs(args))
     print(f"wrote {out}")
     return 0
 
@@ -320,6 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--opset", type=int)
     p.add_argument("--seed", type=int, default=0)
     _add_input_shape_flag(p)
+    p.add_argument("--example-data", dest="example_data",
+                   help="example inputs (.npy, .npz named by input, or a folder of them) to trace a torch model "
+                        "(file.py:factory, .pt, .pt2) with, instead of --input-shape")
     p.add_argument("--model-option", dest="model_option", action="append", metavar="KEY=VALUE")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="an option of the kind's export pass, e.g. batch=1 (a static decode graph) or vq_form=int8")

@@ -61,6 +61,7 @@ class ModelSource(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     options_help: ClassVar[str] = ""
+    traced: ClassVar[bool] = False  # the model is traced to ONNX on example inputs (data files or --input-shape)
 
     @abstractmethod
     def matches(self, spec: str) -> bool:
@@ -101,6 +102,11 @@ def source_names() -> list[str]:
 
     import_modules(sources.SOURCE_MODULES)
     return list(_SOURCES)
+
+
+def find_source(spec: str) -> ModelSource | None:
+    """The first registered model source that recognises ``spec`` (None when none does)."""
+    return next((src for src in (_SOURCES[n]() for n in source_names()) if src.matches(spec)), None)
 
 
 def describe_sources() -> list[dict]:
@@ -190,13 +196,12 @@ def resolve_model(spec: str, request: UserRequest, *, seed: int = 0):
         from edgesmith.bench.sources.producer_data import with_user_data
 
         return with_user_data(producer, request)
+    src = find_source(spec)
+    if src is not None:
+        model = src.load(spec, request)
+        request.check_all_used(src.name)
+        return model
     names = source_names()
-    for n in names:
-        src = _SOURCES[n]()
-        if src.matches(spec):
-            model = src.load(spec, request)
-            request.check_all_used(n)
-            return model
     p = Path(spec)
     if p.exists():
         raise EdgesmithError(f"{spec} is not a model file edgesmith can read.",

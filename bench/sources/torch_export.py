@@ -12,6 +12,7 @@ from edgesmith.common import EdgesmithError
 @register_source
 class TorchExportSource(ModelSource):
     name = "torch-export"
+    traced = True
     description = "a torch.export program saved with torch.export.save (.pt2), exported to ONNX here"
     options_help = "the ONNX source's options (kind, frame_seconds, state)"
 

@@ -126,8 +126,8 @@ def export_to_onnx(module, label: str, key: bytes, request: UserRequest, program
         first = (str(e).strip().splitlines() or [""])[0][:300]
         raise EdgesmithError(f"{label} fails on example inputs ({shapes}): {type(e).__name__}: {first}",
                              "give inputs of the shape, type and range its forward takes: --input-shape [NAME=]D,D,... "
-                             "(without the batch; float32 unless a type follows, e.g. ids=16:int64), or --calibration-data / "
-                             "--eval-data like them.") from None
+                             "(without the batch; float32 unless a type follows, e.g. ids=16:int64), or data files like them "
+                             "(--calibration-data / --eval-data; --example-data for export).") from None
     ref = ref if isinstance(ref, (tuple, list)) else (ref,)
     out_names = ["output"] if len(ref) == 1 else [f"output_{i}" for i in range(len(ref))]
     if not out.exists():
@@ -261,6 +261,7 @@ def load_factory(spec: str, seed: int = 0):
 @register_source
 class TorchFactorySource(ModelSource):
     name = "torch-factory"
+    traced = True
     description = "path/to/file.py:factory, a function returning a torch nn.Module (exported to ONNX here)"
     options_help = "the ONNX source's options (kind, frame_seconds, state)"
 

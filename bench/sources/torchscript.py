@@ -13,6 +13,7 @@ SUFFIXES = (".pt", ".ts", ".torchscript", ".jit")
 @register_source
 class TorchScriptSource(ModelSource):
     name = "torchscript"
+    traced = True
     description = "a TorchScript file saved with torch.jit.save (.pt, .ts, .torchscript), exported to ONNX here"
     options_help = "the ONNX source's options (kind, frame_seconds, state)"
 

@@ -100,14 +100,39 @@ def test_export_writes_a_torch_factory_traced_from_its_shape_as_the_int64_graph_
     assert graph.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.INT64
     ids = np.random.default_rng(0).integers(0, 100, (3, 12))
     got = ort.InferenceSession(str(tmp_path / "b.onnx")).run(None, {graph.graph.input[0].name: ids})[0]
+    with torch.no_grad():
+        want = _load_net(net).bag()(torch.from_numpy(ids)).numpy()
+    assert np.abs(got - want).max() < 1e-5
+
+
+def test_export_traces_a_torch_model_on_example_data_and_refuses_it_where_nothing_is_traced(capsys, net, tmp_path):
+    ids = np.random.default_rng(1).integers(0, 100, (3, 9))
+    np.save(tmp_path / "ids.npy", ids)
+    code, _, err = run_cli(capsys, "export", f"{net}:bag", "--example-data", tmp_path / "ids.npy",
+                           "--out", tmp_path / "b.onnx")
+    assert code == 0, err
+    sess = ort.InferenceSession(str(tmp_path / "b.onnx"))
+    assert sess.get_inputs()[0].type == "tensor(int64)"  # the data's type, with no --input-shape to say it
+    with torch.no_grad():
+        want = _load_net(net).bag()(torch.from_numpy(ids)).numpy()
+    assert np.abs(sess.run(None, {sess.get_inputs()[0].name: ids})[0] - want).max() < 1e-5
+    # an ONNX file and a producer are not traced, and the data with a shape as well leaves the shape unused
+    for argv, needle in [((tmp_path / "b.onnx",), "read by the onnx source, not traced"),
+                         (("digits-mlp",), "digits-mlp is a producer"),
+                         ((f"{net}:bag", "--input-shape", "9:int64"), "--input-shape was not used")]:
+        code, _, err = run_cli(capsys, "export", *argv, "--example-data", tmp_path / "ids.npy",
+                               "--out", tmp_path / "x.onnx")
+        assert_user_error(code, err, needle)
+        assert not (tmp_path / "x.onnx").exists()
+
+
+def _load_net(net):
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("user_net", net)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    with torch.no_grad():
-        want = mod.bag()(torch.from_numpy(ids)).numpy()
-    assert np.abs(got - want).max() < 1e-5
+    return mod
 
 
 def test_export_refuses_settings_that_the_trace_on_reading_already_fixed(capsys, net, tmp_path):
