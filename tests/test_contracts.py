@@ -11,6 +11,8 @@ target and producer goes through the same checks, so a new entry is covered with
   that chain from the model's native format to a format the runtime loads; other kinds are refused;
 - producers: the tiny version builds, gives finite calibration data of its declared shape and scores
   the reference runtime's predictions with a finite metric.
+
+Model sources (``bench/sources``) have theirs in ``tests/bench/test_source_contracts.py``.
 """
 from __future__ import annotations
 

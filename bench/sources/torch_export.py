@@ -3,6 +3,7 @@ deployed like any ONNX file. Its shapes are those it was exported with: a progra
 keeps a fixed batch of 1 (the deploy then times batch 1 only)."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from edgesmith.bench.sources.base import ModelSource, UserRequest, file_digest, register_source
@@ -28,11 +29,16 @@ class TorchExportSource(ModelSource):
         path = Path(spec)
         if not path.is_file():
             raise EdgesmithError(f"model file {path} does not exist.", "check the path.")
+        quiet = logging.getLogger("torch.export")  # it logs a damaged archive with a traceback, then raises
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)
         try:
             program = torch.export.load(str(path))
         except Exception as e:
             raise EdgesmithError(f"{path} is not a torch.export program ({type(e).__name__}).",
                                  "save it with torch.export.save(torch.export.export(model, args), path).") from None
+        finally:
+            quiet.setLevel(level)
         onnx_path, notes = export_to_onnx(None, path.name, file_digest(path), request, program=program)
         prepared, more = prepare(onnx_path)
         return onnx_user_model(prepared, path.name, request, notes + more)

@@ -129,6 +129,10 @@ def load_quantized(path: str | os.PathLike) -> nn.Module:
     if not isinstance(d, dict) or d.get("format") != FORMAT:
         raise EdgesmithError(f"{path} is not an edgesmith quantized RWKV checkpoint (format {FORMAT}).",
                              "load plain official checkpoints with models.rwkv.load_rwkv instead.")
+    missing = [k for k in ("config", "linears", "vectors", "fp") if k not in d]
+    if missing:  # the marker without the contents: a damaged or hand-made file
+        raise EdgesmithError(f"{path} is marked as an edgesmith quantized RWKV checkpoint but has no "
+                             f"{', '.join(missing)}.", "re-create the quantized checkpoint; this one is incomplete.")
     model = build_model(RWKVConfig.from_dict(d["config"]))
     for name, qd in d["linears"].items():
         q = _decode_q(qd)

@@ -13,6 +13,7 @@ heap order (see ``tree``). Deterministic: the same batches give bit-identical en
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 
 import numba
@@ -231,7 +232,7 @@ class GBTEnsemble:
                                          f", not {', '.join(ENSEMBLE_ARRAYS)}.", fix)
                 meta = json.loads(str(z["meta"]))
                 feat, thr, leaves = z["features"], z["thresholds"], z["leaves"]
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # np.load on an empty or cut-off file
             raise EdgesmithError(f"{path} is not a GBTEnsemble file ({type(e).__name__}).",
                                  "re-save the ensemble with GBTEnsemble.save.") from None
         if meta.pop("format_version", None) != _FORMAT_VERSION:
