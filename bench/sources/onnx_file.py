@@ -214,20 +214,31 @@ def onnx_user_model(path: Path, label: str, request: UserRequest, notes: list[st
                      step_calibration=step_calibration)
 
 
+# ops whose first output holds the values of their first input, rearranged (ids reshaped before an embedding)
+_SAME_VALUES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose")
+
+
 def _gather_rows(model, names: set) -> dict[str, int]:
-    """{integer input: rows of the constant table it indexes} for inputs used directly as the indices of a Gather on
-    axis 0 of an initializer (an embedding's token ids); the smallest table when several."""
-    from onnx import helper
+    """{integer input: rows of the constant table it indexes} for inputs used as the indices of a Gather on axis 0 of
+    an initializer (an embedding's token ids), directly or through reshapes and integer casts; the smallest table
+    when several."""
+    from onnx import TensorProto, helper
 
     tables = {t.name: list(t.dims) for t in model.graph.initializer}
+    integer = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64, TensorProto.UINT8,
+               TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
+    origin = {n: n for n in names}  # tensor -> the input whose values it holds
     rows = {}
-    for node in model.graph.node:
-        if node.op_type != "Gather" or len(node.input) < 2 or node.input[1] not in names:
-            continue
-        axis = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "axis"), 0)
-        dims = tables.get(node.input[0])
-        if axis == 0 and dims and dims[0] > 0:
-            rows[node.input[1]] = min(rows.get(node.input[1], dims[0]), dims[0])
+    for node in model.graph.node:  # graph order is topological
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        carries = node.op_type in _SAME_VALUES or (node.op_type == "Cast" and attrs.get("to") in integer)
+        if carries and node.input and node.input[0] in origin:
+            origin[node.output[0]] = origin[node.input[0]]
+        elif node.op_type == "Gather" and len(node.input) > 1 and node.input[1] in origin:
+            dims = tables.get(node.input[0])
+            if attrs.get("axis", 0) == 0 and dims and dims[0] > 0:
+                src = origin[node.input[1]]
+                rows[src] = min(rows.get(src, dims[0]), dims[0])
     return rows
 
 

@@ -293,10 +293,17 @@ def test_only_ids_that_index_the_rows_of_a_constant_table_get_a_bound():
     table = numpy_helper.from_array(np.zeros((7, 3), np.float32), "table")
     nodes = [helper.make_node("Gather", ["table", "ids"], ["e"]),  # rows of a constant: ids below 7
              helper.make_node("Gather", ["table", "cols"], ["c"], axis=1),  # columns: not an id of a row
-             helper.make_node("Gather", ["x", "pos"], ["p"])]  # a table computed at run time: unknown size
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.INT64, [1, 2])
-                                           for n in ("ids", "cols", "pos")]
+             helper.make_node("Gather", ["x", "pos"], ["p"]),  # a table computed at run time: unknown size
+             # GPT-2 reshapes its ids before the embedding: the values reach the table unchanged
+             helper.make_node("Reshape", ["flat", "shape"], ["flat2"]),
+             helper.make_node("Cast", ["flat2"], ["flat3"], to=TensorProto.INT32),
+             helper.make_node("Gather", ["table", "flat3"], ["f"]),
+             helper.make_node("Add", ["shift", "one"], ["shifted"]),  # changed values: no bound follows them
+             helper.make_node("Gather", ["table", "shifted"], ["s"])]
+    ins = ("ids", "cols", "pos", "flat", "shift")
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.INT64, [1, 2]) for n in ins]
                               + [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 3])],
-                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("e", "c", "p")],
-                              initializer=[table])
-    assert _gather_rows(helper.make_model(graph), {"ids", "cols", "pos"}) == {"ids": 7}
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "ecpfs"],
+                              initializer=[table, numpy_helper.from_array(np.array([2], np.int64), "shape"),
+                                           numpy_helper.from_array(np.array(1, np.int64), "one")])
+    assert _gather_rows(helper.make_model(graph), set(ins)) == {"ids": 7, "flat": 7}
