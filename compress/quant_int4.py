@@ -4,8 +4,10 @@ Each MatMul with a constant [K, N] weight becomes a ``com.microsoft.MatMulNBits`
 weight in blocks of ``block_size`` values along K: packed 4-bit codes, one fp32 scale per block
 and, when asymmetric, one 4-bit zero point per block. Activations stay fp32 in the graph; with
 ``accuracy_level=4`` onnxruntime's kernel quantizes them to int8 on the fly, which is what makes it
-faster than fp32. Gemm, Conv and MatMuls whose weight is computed at run time are left as they are
-and reported as skipped, with the reason.
+faster than fp32. A Gemm with a constant 2-D weight (a Linear layer exported from torch, a classifier
+head) is first rewritten as the MatMul + Add it computes (``gemm_as_matmul``, on by default; the MatMul keeps
+the Gemm's name), so it is quantized too. Conv, other Gemms and MatMuls whose weight is computed at run time
+are left as they are and reported as skipped, with the reason.
 
 Bits per weight (per layer and for the pass): over the quantized MatMul weights only, the bits of
 the packed code bytes (the last block of each column padded to ``block_size``) + one fp32 scale
@@ -31,6 +33,7 @@ from edgesmith.compress.onnx_analysis import (
     find_weight_layers,
     initializers,
     load_model,
+    node_attr,
     output_sqnr,
     quiet_onnxruntime,
     report_db,
@@ -51,6 +54,7 @@ class Int4WeightOnlyConfig(PassConfig):
     points (codes centred on 8). ``accuracy_level``: onnxruntime's compute type for MatMulNBits
     (4 = int8 activations, the fast path). ``exclude``: MatMul node names kept in fp32.
     ``n_calibration``: samples (from the calibration data, if any) for the per-layer output error.
+    ``gemm_as_matmul``: rewrite each Gemm with a constant 2-D weight as MatMul (+ Add for its bias) first.
     """
 
     kind: ClassVar[str] = "int4-weight-only"
@@ -63,6 +67,7 @@ class Int4WeightOnlyConfig(PassConfig):
     exclude: tuple[str, ...] = ()
     n_calibration: int = 128
     allow_empty: bool = False  # accept a result with no layer quantized (otherwise that is an error)
+    gemm_as_matmul: bool = True
 
     def validate(self) -> None:
         bs = self.block_size
@@ -76,10 +81,82 @@ class Int4WeightOnlyConfig(PassConfig):
         if isinstance(self.exclude, str) or not all(isinstance(n, str) for n in self.exclude):
             self._fail("exclude", f"is {self.exclude!r}", "give a list of node names, e.g. [\"/0/MatMul\"].")
         self.exclude = tuple(self.exclude)
-        if not isinstance(self.allow_empty, bool):
-            self._fail("allow_empty", f"is {self.allow_empty!r}", "use true or false.")
+        for name in ("allow_empty", "gemm_as_matmul"):
+            if not isinstance(getattr(self, name), bool):
+                self._fail(name, f"is {getattr(self, name)!r}", "use true or false.")
         if isinstance(self.n_calibration, bool) or not isinstance(self.n_calibration, int) or self.n_calibration < 1:
             self._fail("n_calibration", f"is {self.n_calibration!r}", "use a whole number of samples, at least 1.")
+
+
+def _gemm_rewritable(node: onnx.NodeProto, inits: dict) -> bool:
+    """A Gemm that ``gemms_as_matmul`` rewrites: constant 2-D weight, A not transposed, bias constant or beta 1."""
+    if node.op_type != "Gemm" or len(node.input) < 2 or node.input[1] not in inits:
+        return False
+    bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    beta = float(node_attr(node, "beta", 1.0))
+    return len(inits[node.input[1]].dims) == 2 and not node_attr(node, "transA", 0) and \
+        not (bias and bias not in inits and beta != 1.0)
+
+
+def int4_candidates(model: onnx.ModelProto, gemm_as_matmul: bool = True) -> int:
+    """How many nodes MatMulNBits can quantize: MatMuls with a constant 2-D weight, and rewritable Gemms."""
+    inits = initializers(model)
+    matmuls = sum(1 for n in model.graph.node if n.op_type == "MatMul" and len(n.input) == 2
+                  and n.input[1] in inits and len(inits[n.input[1]].dims) == 2)
+    return matmuls + (sum(map(lambda n: _gemm_rewritable(n, inits), model.graph.node)) if gemm_as_matmul else 0)
+
+
+def gemms_as_matmul(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """A copy of ``model`` with every top-level Gemm that has a constant 2-D weight and no transposed input A
+    rewritten as ``MatMul(A, alpha * B')`` (named as the Gemm) followed, if it has a bias C, by ``Add(., beta * C)``
+    with C constant or beta 1; and the names of the Gemms rewritten. The same values up to float rounding."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    inits = initializers(m)
+    taken = {t.name for t in m.graph.initializer} | {o for n in m.graph.node for o in n.output} \
+        | {i.name for i in m.graph.input}
+
+    def fresh(base: str) -> str:
+        name, k = base, 1
+        while name in taken:
+            name, k = f"{base}_{k}", k + 1
+        taken.add(name)
+        return name
+
+    nodes, done = [], []
+    for node in m.graph.node:
+        if not _gemm_rewritable(node, inits):
+            nodes.append(node)
+            continue
+        a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+        bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        beta = float(a.get("beta", 1.0))
+        b = numpy_helper.to_array(inits[node.input[1]])
+        b = (b.T if a.get("transB", 0) else b) * np.asarray(a.get("alpha", 1.0), b.dtype)
+        wname = fresh(f"{node.input[1]}_as_matmul")
+        m.graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(b), wname))
+        out = fresh(f"{node.output[0]}_matmul") if bias else node.output[0]
+        nodes.append(onnx.helper.make_node("MatMul", [node.input[0], wname], [out], name=node.name))
+        if bias:
+            if beta != 1.0:
+                c = numpy_helper.to_array(inits[bias])
+                bias_name = fresh(f"{bias}_scaled")
+                m.graph.initializer.append(numpy_helper.from_array(c * np.asarray(beta, c.dtype), bias_name))
+                bias = bias_name
+            nodes.append(onnx.helper.make_node("Add", [out, bias], [node.output[0]], name=fresh(f"{node.name}/bias")))
+        done.append(node.name)
+    if done:
+        del m.graph.node[:]
+        m.graph.node.extend(nodes)
+        used = {i for n in m.graph.node for i in n.input} | {o.name for o in m.graph.output}
+        kept = [t for t in m.graph.initializer if t.name in used]  # the Gemms' own weights, if nothing else reads them
+        del m.graph.initializer[:]
+        m.graph.initializer.extend(kept)
+        stale = {i.name for i in m.graph.input} & (set(inits) - used)  # initializers listed as inputs (old exporters)
+        keep_inputs = [i for i in m.graph.input if i.name not in stale]
+        del m.graph.input[:]
+        m.graph.input.extend(keep_inputs)
+    return m, done
 
 
 def quantize_int4(model: onnx.ModelProto, config: Int4WeightOnlyConfig,
@@ -139,9 +216,12 @@ def dequantize_matmulnbits(node: onnx.NodeProto, inits: dict[str, onnx.TensorPro
     return np.ascontiguousarray(w_t.T), sum(tensor_bits(t) for t in stored)
 
 
-def _skip_reason(layer: WeightLayer, exclude: tuple[str, ...]) -> str:
+def _skip_reason(layer: WeightLayer, exclude: tuple[str, ...], gemm_as_matmul: bool = True) -> str:
+    if layer.op_type == "Gemm" and gemm_as_matmul:
+        return ("this Gemm could not be rewritten as MatMul (a transposed input A, a weight computed at run time or "
+                "not 2-D, or a bias computed at run time with beta != 1)")
     if layer.op_type == "Gemm":
-        return "Gemm is not rewritten by MatMulNBits; export Linear layers as MatMul (export-onnx linear_as_matmul)"
+        return "Gemm is not rewritten by MatMulNBits; pass gemm_as_matmul=true to rewrite it as MatMul first"
     if layer.op_type != "MatMul":
         return f"MatMulNBits rewrites MatMul nodes only, not {layer.op_type}"
     if layer.weight is None:
@@ -154,7 +234,7 @@ def _skip_reason(layer: WeightLayer, exclude: tuple[str, ...]) -> str:
 
 
 def int4_layer_reports(fp32: onnx.ModelProto, qmodel: onnx.ModelProto, calib: np.ndarray | None,
-                       exclude: tuple[str, ...]) -> list[LayerReport]:
+                       exclude: tuple[str, ...], gemm_as_matmul: bool = True) -> list[LayerReport]:
     """One LayerReport per weight layer: action, bits per weight, weight and output SQNR."""
     layers = find_weight_layers(fp32)
     out_db = output_sqnr(fp32, qmodel, [layer.output for layer in layers], calib) if calib is not None else {}
@@ -171,7 +251,7 @@ def int4_layer_reports(fp32: onnx.ModelProto, qmodel: onnx.ModelProto, calib: np
         else:
             bpw = None if layer.weight is None else 8.0 * layer.weight.itemsize
             reports.append(LayerReport(layer.node_name, "skipped", bpw, layer.n_params, error,
-                                       reason=_skip_reason(layer, exclude)))
+                                       reason=_skip_reason(layer, exclude, gemm_as_matmul)))
     return reports
 
 
@@ -185,6 +265,9 @@ def _int4_weight_only(artifact: Artifact, config: Int4WeightOnlyConfig, ctx: Pas
     fp32 = load_model(artifact.path)
     refuse_quantized(fp32, str(artifact.path))
     check_node_names(fp32, config.exclude, "exclude")
+    rewritten = []
+    if config.gemm_as_matmul:  # from here on the fp32 graph is the rewritten one: same values, MatMuls named as the Gemms
+        fp32, rewritten = gemms_as_matmul(fp32)
     calib = None if ctx.calibration is None else first_samples(ctx.calibration_checked(), config.n_calibration)
     out = ctx.workdir / "model.int4.onnx"
     meta = {**artifact.meta, "precision": "int4"}
@@ -197,17 +280,20 @@ def _int4_weight_only(artifact: Artifact, config: Int4WeightOnlyConfig, ctx: Pas
         "block_size), one fp32 scale per block and, if asymmetric, one packed 4-bit zero point per block; "
         "fp32 (skipped) layers are not counted.",
     ]
+    if rewritten:
+        notes.append(f"{len(rewritten)} Gemm node(s) with a constant weight rewritten as MatMul (+ Add) first, so "
+                     "MatMulNBits quantizes them (gemm_as_matmul).")
     if calib is None:
         notes.append("no calibration data given: per-layer output SQNR not measured.")
     report = PassReport(config.to_dict(), "onnx", "onnx", artifact.size_bytes(), new.size_bytes(), notes=notes)
-    report.layers = int4_layer_reports(fp32, load_model(out), calib, config.exclude)
+    report.layers = int4_layer_reports(fp32, load_model(out), calib, config.exclude, config.gemm_as_matmul)
     report.bits_per_weight = bits_per_weight(report.layers)
     if not any(layer.action == "quantized" for layer in report.layers) and not config.allow_empty:
         why = sorted({layer.reason for layer in report.layers if layer.reason}) or ["the model has no weight layer"]
         raise EdgesmithError(f"int4-weight-only quantized 0 of {len(report.layers)} weight layers of {artifact.path} "
                              f"({'; '.join(why)[:300]}).",
-                             "MatMulNBits rewrites MatMul nodes with constant 2-D weights only; keep the fp32 or int8 "
-                             "model, or pass --option allow_empty=true.")
+                             "MatMulNBits rewrites MatMul (and Gemm) nodes with constant 2-D weights only; keep the fp32 "
+                             "or int8 model, or pass --option allow_empty=true.")
     if sensitivity_requested(ctx, report):
         def quantize_only(layer: str, path: Path) -> Artifact:
             _save(quantize_int4(fp32, config, only=[layer]), path)

@@ -153,6 +153,7 @@ def onnx_user_model(path: Path, label: str, request: UserRequest, notes: list[st
 
     from edgesmith.bench.deploy import predictor
     from edgesmith.compress import Artifact
+    from edgesmith.compress.quant_int4 import int4_candidates
     from edgesmith.models.user import UserModel
     from edgesmith.models.user_data import TensorSpec, load_tensors
     from edgesmith.runtimes import get_runtime
@@ -205,8 +206,8 @@ def onnx_user_model(path: Path, label: str, request: UserRequest, notes: list[st
 
         step_calibration = step_feeds(rt, recurrent, next(iter(cal.inputs.values())))
     unsupported = {}
-    if not _has_matmul_weights(model, inits):
-        unsupported["int4"] = "no MatMul with a constant 2-D weight (MatMulNBits would quantize 0 layers)"
+    if not int4_candidates(model):
+        unsupported["int4"] = "no MatMul or Gemm with a constant 2-D weight (MatMulNBits would quantize 0 layers)"
     return UserModel(label=label, kind=kind, native_format="onnx", inputs=specs, path=path, module=torch_module,
                      calibration=cal,
                      evaluation=ev, metric=request.metric, reference=reference, recurrent=recurrent,
@@ -240,17 +241,6 @@ def _gather_rows(model, names: set) -> dict[str, int]:
                 src = origin[node.input[1]]
                 rows[src] = min(rows.get(src, dims[0]), dims[0])
     return rows
-
-
-def _has_matmul_weights(model, inits) -> bool:
-    from onnx import numpy_helper
-
-    arrays = {t.name: t for t in model.graph.initializer}
-    for n in model.graph.node:
-        if n.op_type == "MatMul" and len(n.input) == 2 and n.input[1] in arrays:
-            if len(numpy_helper.to_array(arrays[n.input[1]]).shape) == 2:
-                return True
-    return False
 
 
 def _recurrent_spec(inputs, outputs, pairs, path) -> dict:

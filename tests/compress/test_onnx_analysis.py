@@ -125,10 +125,15 @@ def test_int4_bits_per_weight_matches_hand_count(tiny, tmp_path, symmetric):
             bits += n * math.ceil(blocks / 2) * 8  # 4-bit zero points, packed two per byte per column
         return bits
 
-    for name, (k, n) in {"mm1": (K1, N1), "mm2": (N1, N2)}.items():
+    dims = {"mm1": (K1, N1), "mm2": (N1, N2), "gemm3": (N2, N3)}  # the Gemm is rewritten as MatMul first
+    for name, (k, n) in dims.items():
         assert by[name].action == "quantized"
         assert by[name].bits_per_weight == pytest.approx(hand(k, n) / (k * n))
-    assert report.bits_per_weight == pytest.approx((hand(K1, N1) + hand(N1, N2)) / (K1 * N1 + N1 * N2))
-    assert by["gemm3"].action == "skipped" and "Gemm" in by["gemm3"].reason
+    assert report.bits_per_weight == pytest.approx(sum(hand(k, n) for k, n in dims.values())
+                                                   / sum(k * n for k, n in dims.values()))
     assert by["mm4"].action == "skipped" and "not a constant initializer" in by["mm4"].reason
-    assert set(report.skipped) == {"gemm3", "mm4"}
+    assert set(report.skipped) == {"mm4"}
+    off = _run(tiny[0], Int4WeightOnlyConfig(block_size=16, symmetric=symmetric, gemm_as_matmul=False), tiny[1],
+               tmp_path / "off")
+    gemm = next(layer for layer in off.layers if layer.name == "gemm3")
+    assert gemm.action == "skipped" and "gemm_as_matmul=true" in gemm.reason

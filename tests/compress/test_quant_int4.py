@@ -37,6 +37,7 @@ def int4_result(digits, digits_onnx, tmp_path_factory):
     ({"accuracy_level": 5}, "accuracy_level"),
     ({"exclude": "/0/MatMul"}, "exclude"),
     ({"n_calibration": 0}, "n_calibration"),
+    ({"gemm_as_matmul": "yes"}, "gemm_as_matmul"),
 ])
 def test_invalid_config_fields_are_rejected_by_name(fields, field):
     with pytest.raises(EdgesmithError, match=f"int4-weight-only: {field} "):
@@ -114,3 +115,54 @@ def test_input_model_file_is_left_unchanged(digits, digits_onnx, tmp_path):
     _quantize(digits, digits_onnx, Int4WeightOnlyConfig(), tmp_path)
     assert digits_onnx.path.read_bytes() == before
     assert len(find_weight_layers(onnx.load(str(digits_onnx.path)))) == 3
+
+
+def _gemm_model():
+    """Gemms as exporters write them: transB with a bias, alpha/beta not 1, one whose weight another node reads too,
+    one with a transposed A (left as it is); weights listed as graph inputs too, as old exporters did."""
+    rng = np.random.default_rng(0)
+    w1, b1 = rng.normal(size=(24, 16)).astype(np.float32), rng.normal(size=(24,)).astype(np.float32)
+    w2, b2 = rng.normal(size=(24, 8)).astype(np.float32), rng.normal(size=(8,)).astype(np.float32)
+    w3 = rng.normal(size=(8, 8)).astype(np.float32)
+    inits = [onnx.numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (b1, "b1"), (w2, "w2"), (b2, "b2"), (w3, "w3"))]
+    nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], name="fc1", transB=1),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Gemm", ["r", "w2", "b2"], ["y0"], name="fc2", alpha=0.5, beta=2.0),
+             helper.make_node("Gemm", ["y0", "w3"], ["y1"], name="fc3"),
+             helper.make_node("Gemm", ["y1", "w3"], ["y"], name="fc4", transA=1),  # A transposed: not rewritten
+             helper.make_node("Mul", ["y", "w3"], ["z"])]  # w3 is read elsewhere: it must stay
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 16])]
+                              + [helper.make_tensor_value_info(t.name, t.data_type, t.dims) for t in inits],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [8, 8])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_gemms_with_a_constant_weight_become_the_matmul_and_add_they_compute():
+    from edgesmith.compress.quant_int4 import gemms_as_matmul, int4_candidates
+
+    model = _gemm_model()
+    rewritten, names = gemms_as_matmul(model)
+    assert names == ["fc1", "fc2", "fc3"] and int4_candidates(model) == 3
+    onnx.checker.check_model(rewritten)
+    ops = {n.name: n.op_type for n in rewritten.graph.node}
+    assert ops["fc1"] == ops["fc2"] == ops["fc3"] == "MatMul" and ops["fc4"] == "Gemm"
+    assert {"w1", "w2", "b2"}.isdisjoint(initializers(rewritten)) and "w3" in initializers(rewritten)
+    x = np.random.default_rng(1).normal(size=(8, 16)).astype(np.float32)
+    run = lambda m: ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.abs(run(rewritten) - run(model)).max() < 1e-4
+    assert gemms_as_matmul(rewritten)[1] == []  # nothing left to rewrite: the same graph again
+
+
+def test_a_model_of_gemm_layers_is_quantized_and_without_the_rewrite_is_refused(tmp_path):
+    from edgesmith.compress import Artifact
+
+    onnx.save(_gemm_model(), str(tmp_path / "g.onnx"))
+    art = Artifact("onnx", path=tmp_path / "g.onnx")
+    res = apply_pass(art, Int4WeightOnlyConfig(block_size=16), PassContext(workdir=tmp_path, progress=False))
+    actions = {layer.name: layer.action for layer in res.report.layers}
+    assert actions == {"fc1": "quantized", "fc2": "quantized", "fc3": "quantized", "fc4": "skipped"}
+    assert any("3 Gemm node(s)" in n for n in res.report.notes)
+    assert res.report.size_after_bytes < res.report.size_before_bytes
+    with pytest.raises(EdgesmithError, match="quantized 0 of 4 weight layers"):
+        apply_pass(art, Int4WeightOnlyConfig(block_size=16, gemm_as_matmul=False),
+                   PassContext(workdir=tmp_path / "off", progress=False))
