@@ -276,6 +276,41 @@ def test_a_public_bert_with_two_int64_inputs_deploys_from_typed_shapes_alone(cap
     assert rows["int4"]["evaluation"]["value"] > 30  # output SQNR in dB of 4-bit weights on the synthetic inputs
 
 
+GPT2 = '''import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+
+class Logits(torch.nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids):
+        return self.m(input_ids=input_ids).logits
+
+
+def make():
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=300, n_positions=64, n_embd=64, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0)
+    return Logits(GPT2LMHeadModel(cfg)).eval()
+'''
+
+
+def test_a_public_gpt2_gets_ids_through_its_reshape_and_int4_on_its_conv1d_gemms(capsys, tmp_path):
+    # Hugging Face's GPT-2: it reshapes input_ids before the embedding, and its Conv1D layers export as Gemm
+    (tmp_path / "gpt2.py").write_text(GPT2)
+    code, _, err = run_cli(capsys, "deploy", f"{tmp_path / 'gpt2.py'}:make", "--target", "host-cpu",
+                           "--input-shape", "input_ids=32:int64", "--out", tmp_path / "r", *FAST)
+    assert code == 0, err
+    r = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert "input_ids: random ids below 300, the rows it indexes" in r["reference"]["evaluation"]["extra"]["data"]
+    int4 = next(v for v in r["variants"] if v["name"] == "int4")["pass_reports"][-1]
+    gemms = [layer for layer in int4["layers"] if layer["name"].endswith("Gemm")]
+    assert len(gemms) == 8 and all(layer["action"] == "quantized" for layer in gemms)
+    rows = {x["variant"]: x for x in r["results"]}
+    assert rows["int4"]["size_bytes"] < 0.5 * rows["fp32"]["size_bytes"] and rows["int4"]["evaluation"]["value"] > 12
+
+
 def test_a_recipe_gives_typed_shapes_as_the_flag_does(capsys, net, tmp_path):
     (tmp_path / "r.toml").write_text(f'model = "{net}:bag"\ntarget = "host-cpu"\ninput_shape = ["ids=12:int64"]\n'
                                      '[plan]\ntvm = false\nvariants = ["fp32"]\n[bench]\nwarmup = 1\nreps = 5\n')
