@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -273,7 +274,21 @@ def test_a_public_bert_with_two_int64_inputs_deploys_from_typed_shapes_alone(cap
         r["reference"]["evaluation"]["extra"]["data"]
     rows = {x["variant"]: x for x in r["results"]}
     assert rows["fp32"]["max_abs_diff"] == 0
-    assert rows["int4"]["evaluation"]["value"] > 30  # output SQNR in dB of 4-bit weights on the synthetic inputs
+    # output SQNR of 4-bit weights on the synthetic inputs: about 16 dB, set by the pooler and classifier Gemms, whose
+    # error the residual stream does not dilute; excluded by their names, the rest of the model stays above 30 dB
+    assert rows["int4"]["evaluation"]["value"] > 10
+    from edgesmith.compress import Artifact, PassContext, apply_pass
+    from edgesmith.compress.quant_int4 import Int4WeightOnlyConfig
+
+    gemms = tuple(n.name for n in graph.node if n.op_type == "Gemm")
+    assert len(gemms) == 2
+    kept = apply_pass(Artifact("onnx", path=Path(r["variants"][0]["artifact"])), Int4WeightOnlyConfig(exclude=gemms),
+                      PassContext(workdir=tmp_path, progress=False)).artifact
+    rng = np.random.default_rng(0)
+    feeds = {"input_ids": rng.integers(0, 500, (32, 16)), "attention_mask": np.ones((32, 16), np.int64)}
+    want = ort.InferenceSession(r["variants"][0]["artifact"]).run(None, feeds)[0]
+    got = ort.InferenceSession(str(kept.path)).run(None, feeds)[0]
+    assert 10 * np.log10((want ** 2).sum() / ((want - got) ** 2).sum()) > 30
 
 
 GPT2 = '''import torch
