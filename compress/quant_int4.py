@@ -103,7 +103,7 @@ def int4_candidates(model: onnx.ModelProto, gemm_as_matmul: bool = True) -> int:
     inits = initializers(model)
     matmuls = sum(1 for n in model.graph.node if n.op_type == "MatMul" and len(n.input) == 2
                   and n.input[1] in inits and len(inits[n.input[1]].dims) == 2)
-    return matmuls + (sum(map(lambda n: _gemm_rewritable(n, inits), model.graph.node)) if gemm_as_matmul else 0)
+    return matmuls + (sum(_gemm_rewritable(n, inits) for n in model.graph.node) if gemm_as_matmul else 0)
 
 
 def gemms_as_matmul(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:

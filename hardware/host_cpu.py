@@ -361,13 +361,17 @@ class HostCpu(Target):
         variants = [
             Variant("fp32", export, list(both), "fp32 ONNX" + (" export" if export else " (the model as given)")),
             Variant("int8", export + [int8()], list(both), "int8 QDQ static quantization"),
-            Variant("int4", export + [Int4WeightOnlyConfig(block_size=kopts.int4_block_size)],
+            Variant("int4", export + [Int4WeightOnlyConfig(block_size=kopts.int4_block_size,
+                                                             gemm_as_matmul=kopts.int4_gemm)],
                     ["onnxruntime"], "4-bit weight-only MatMulNBits (TVM cannot run MatMulNBits)"),
         ]
         qat, unavailable = qat_variants(producer, kopts, ["onnxruntime"], "Linear layers lowered to onnxruntime's integer "
                                           "MatMulIntegerToFloat", form="ort-integer")
         variants += qat
-        hints = producer.unsupported_formats() if hasattr(producer, "unsupported_formats") else {}
+        hints = dict(producer.unsupported_formats()) if hasattr(producer, "unsupported_formats") else {}
+        layers = getattr(producer, "int4_layers", None)
+        if not kopts.int4_gemm and layers and not layers["matmul"] and "int4" not in hints:
+            hints["int4"] = f"its {layers['gemm']} weight layer(s) are Gemm, which int4_gemm=false keeps in fp32"
         for name, why in hints.items():
             unavailable[name] = f"{getattr(producer, 'name', 'this model')} has no {name} variant: {why}"
         variants = [v for v in variants if v.name not in hints]

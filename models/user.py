@@ -40,7 +40,7 @@ class UserModel(Producer):
                  metric: str | None = None, reference: Callable | None = None, recurrent: dict | None = None,
                  frame_seconds: float | None = None, vocab_size: int | None = None, eval_windows=None,
                  step_calibration: dict | None = None, notes: tuple[str, ...] = (), unsupported: dict | None = None,
-                 seed: int = 0):
+                 int4_layers: dict | None = None, seed: int = 0):
         super().__init__(seed=seed)
         self.name, self.kind, self.native_format = label, kind, native_format
         self.description = f"{kind} model from {label}"
@@ -48,6 +48,7 @@ class UserModel(Producer):
         self.calibration, self.evaluation, self.reference = calibration, evaluation, reference
         self.recurrent, self.notes, self.unsupported = recurrent, list(notes), dict(unsupported or {})
         self.eval_windows_ = eval_windows
+        self.int4_layers = int4_layers  # {"matmul": n, "gemm": m}: what MatMulNBits can take, Gemms once rewritten
         self.step_calibration = step_calibration  # a step graph's calibration: per-step inputs with real states
         if frame_seconds is not None:
             self.frame_seconds = float(frame_seconds)

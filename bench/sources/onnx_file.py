@@ -206,12 +206,15 @@ def onnx_user_model(path: Path, label: str, request: UserRequest, notes: list[st
 
         step_calibration = step_feeds(rt, recurrent, next(iter(cal.inputs.values())))
     unsupported = {}
-    if not int4_candidates(model):
+    matmuls = int4_candidates(model, gemm_as_matmul=False)
+    int4_layers = {"matmul": matmuls, "gemm": int4_candidates(model) - matmuls}
+    if not sum(int4_layers.values()):
         unsupported["int4"] = "no MatMul or Gemm with a constant 2-D weight (MatMulNBits would quantize 0 layers)"
     return UserModel(label=label, kind=kind, native_format="onnx", inputs=specs, path=path, module=torch_module,
                      calibration=cal,
                      evaluation=ev, metric=request.metric, reference=reference, recurrent=recurrent,
-                     frame_seconds=frame_seconds, notes=tuple(notes), unsupported=unsupported, seed=request.seed,
+                     frame_seconds=frame_seconds, notes=tuple(notes), unsupported=unsupported, int4_layers=int4_layers,
+                     seed=request.seed,
                      step_calibration=step_calibration)
 
 

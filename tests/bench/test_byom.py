@@ -97,6 +97,14 @@ def test_onnx_file_with_labels_in_the_npz_scores_accuracy_on_every_target(capsys
             assert rows["int4"]["evaluation"]["value"] > 0.9 and rows["int4"]["size_bytes"] < rows["fp32"]["size_bytes"]
 
 
+def test_int4_gemm_false_leaves_int4_out_of_a_model_whose_layers_are_all_gemm(capsys, files, tmp_path):
+    r = _deploy(capsys, tmp_path / "r", files / "mlp.onnx", "--target", "host-cpu", "--no-tvm",
+                "--calibration-data", files / "calib.npy", "--option", "int4_gemm=false")
+    assert {x["variant"] for x in r["results"]} == {"fp32", "int8"}
+    assert "variant int4 not built: its 2 weight layer(s) are Gemm, which int4_gemm=false keeps in fp32" \
+        in r["plan"]["notes"]
+
+
 def test_without_labels_the_metric_is_fidelity_to_the_fp32_model(capsys, files, tmp_path):
     r = _deploy(capsys, tmp_path / "r", files / "two.onnx", "--target", "host-cpu",
                 "--calibration-data", files / "two_calib.npz", "--eval-data", files / "two_eval.npz")

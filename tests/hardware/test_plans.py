@@ -46,6 +46,19 @@ def test_host_plan_passes_options_into_the_configs():
     assert all(var.runtimes == ["onnxruntime"] for var in v.values())
 
 
+def test_int4_gemm_false_keeps_gemms_fp32_and_leaves_int4_out_of_a_model_with_nothing_else():
+    off = PlanOptions(tvm=False, options={"int4_gemm": False})
+    mixed = SimpleNamespace(name="user", kind="tensor", native_format="onnx", int4_layers={"matmul": 1, "gemm": 2})
+    assert _by_name(get_target("host-cpu").plan(mixed, off))["int4"].passes[-1].gemm_as_matmul is False
+    assert _by_name(get_target("host-cpu").plan(mixed, PlanOptions(tvm=False)))["int4"].passes[-1].gemm_as_matmul
+    gemms = SimpleNamespace(name="mlp", kind="tensor", native_format="onnx", int4_layers={"matmul": 0, "gemm": 2})
+    plan = get_target("host-cpu").plan(gemms, off)
+    assert "int4" not in _by_name(plan)
+    assert "variant int4 not built: its 2 weight layer(s) are Gemm, which int4_gemm=false keeps in fp32" in plan.notes
+    with pytest.raises(EdgesmithError, match="mlp has no int4 variant"):
+        get_target("host-cpu").plan(gemms, PlanOptions(tvm=False, variants=("int4",), options={"int4_gemm": False}))
+
+
 def test_host_pruned_variant_appears_only_with_a_sparsity():
     v = _by_name(get_target("host-cpu").plan(PRODUCER, PlanOptions(options={"prune_sparsity": 0.7})))
     assert _types(v["pruned"]) == [MagnitudePruneConfig, ExportOnnxConfig, Int8QdqConfig]
