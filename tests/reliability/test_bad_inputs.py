@@ -189,6 +189,13 @@ CASES = [
          lambda t: (_linear_factory(t), ["deploy", t / "f.py:make", "--target", "host-cpu", "--input-shape", "3",
                                          "--out", t / "r"])[1],
          "fails on example inputs (input (2, 3) float32): RuntimeError: mat1 and mat2", check=_nothing("r")),
+    # export's example data is checked like any data file before the model is traced on it
+    Case("export example data with a NaN", lambda t: _export_examples(t, np.full((3, 4), np.nan, np.float32)),
+         "example data for input 'input' contains 12 NaN or infinite values", check=_nothing("o.onnx")),
+    Case("export example data with no samples", lambda t: _export_examples(t, np.zeros((0, 4), np.float32)),
+         "has shape (0, 4): no samples", check=_nothing("o.onnx")),
+    Case("export example data of the wrong width", lambda t: _export_examples(t, np.zeros((3, 5), np.float32)),
+         "fails on example inputs (input (2, 5) float32)", check=_nothing("o.onnx")),
     # export settings the chosen output format would ignore, each refused before anything is written
     Case("export to .pth with a pass option", lambda t: _rwkv_export(t, "o.pth", "--option", "vq_form=int8"),
          "--option vq_form would be ignored", check=_nothing("o.pth")),
@@ -206,6 +213,12 @@ CASES = [
 
 def _linear_factory(tmp: Path) -> None:
     (tmp / "f.py").write_text("import torch\n\ndef make():\n    return torch.nn.Linear(4, 2)\n")
+
+
+def _export_examples(tmp: Path, data: np.ndarray) -> list:
+    _linear_factory(tmp)
+    np.save(tmp / "x.npy", data)
+    return ["export", tmp / "f.py:make", "--example-data", tmp / "x.npy", "--out", tmp / "o.onnx"]
 
 
 def _rwkv_export(tmp: Path, name: str, *extra) -> list:
