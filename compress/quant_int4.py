@@ -88,22 +88,30 @@ class Int4WeightOnlyConfig(PassConfig):
             self._fail("n_calibration", f"is {self.n_calibration!r}", "use a whole number of samples, at least 1.")
 
 
+def _gemm_bias(node: onnx.NodeProto) -> str | None:
+    return node.input[2] if len(node.input) > 2 and node.input[2] else None
+
+
 def _gemm_rewritable(node: onnx.NodeProto, inits: dict) -> bool:
     """A Gemm that ``gemms_as_matmul`` rewrites: constant 2-D weight, A not transposed, bias constant or beta 1."""
     if node.op_type != "Gemm" or len(node.input) < 2 or node.input[1] not in inits:
         return False
-    bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
-    beta = float(node_attr(node, "beta", 1.0))
+    bias = _gemm_bias(node)
     return len(inits[node.input[1]].dims) == 2 and not node_attr(node, "transA", 0) and \
-        not (bias and bias not in inits and beta != 1.0)
+        not (bias and bias not in inits and float(node_attr(node, "beta", 1.0)) != 1.0)
 
 
-def int4_candidates(model: onnx.ModelProto, gemm_as_matmul: bool = True) -> int:
-    """How many nodes MatMulNBits can quantize: MatMuls with a constant 2-D weight, and rewritable Gemms."""
+def int4_layer_counts(model: onnx.ModelProto) -> dict[str, int]:
+    """What MatMulNBits can quantize: {"matmul": MatMuls with a constant 2-D weight, "gemm": Gemms that
+    ``gemms_as_matmul`` rewrites}. Reads initializer dims only, so external weight data need not be loaded."""
     inits = initializers(model)
-    matmuls = sum(1 for n in model.graph.node if n.op_type == "MatMul" and len(n.input) == 2
-                  and n.input[1] in inits and len(inits[n.input[1]].dims) == 2)
-    return matmuls + (sum(_gemm_rewritable(n, inits) for n in model.graph.node) if gemm_as_matmul else 0)
+    counts = {"matmul": 0, "gemm": 0}
+    for n in model.graph.node:
+        if n.op_type == "MatMul" and len(n.input) == 2 and n.input[1] in inits and len(inits[n.input[1]].dims) == 2:
+            counts["matmul"] += 1
+        elif _gemm_rewritable(n, inits):
+            counts["gemm"] += 1
+    return counts
 
 
 def gemms_as_matmul(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
@@ -128,11 +136,9 @@ def gemms_as_matmul(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]
         if not _gemm_rewritable(node, inits):
             nodes.append(node)
             continue
-        a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
-        bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
-        beta = float(a.get("beta", 1.0))
+        bias, beta = _gemm_bias(node), float(node_attr(node, "beta", 1.0))
         b = numpy_helper.to_array(inits[node.input[1]])
-        b = (b.T if a.get("transB", 0) else b) * np.asarray(a.get("alpha", 1.0), b.dtype)
+        b = (b.T if node_attr(node, "transB", 0) else b) * np.asarray(node_attr(node, "alpha", 1.0), b.dtype)
         wname = fresh(f"{node.input[1]}_as_matmul")
         m.graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(b), wname))
         out = fresh(f"{node.output[0]}_matmul") if bias else node.output[0]

@@ -153,7 +153,7 @@ def onnx_user_model(path: Path, label: str, request: UserRequest, notes: list[st
 
     from edgesmith.bench.deploy import predictor
     from edgesmith.compress import Artifact
-    from edgesmith.compress.quant_int4 import int4_candidates
+    from edgesmith.compress.quant_int4 import int4_layer_counts
     from edgesmith.models.user import UserModel
     from edgesmith.models.user_data import TensorSpec, load_tensors
     from edgesmith.runtimes import get_runtime
@@ -206,8 +206,7 @@ def onnx_user_model(path: Path, label: str, request: UserRequest, notes: list[st
 
         step_calibration = step_feeds(rt, recurrent, next(iter(cal.inputs.values())))
     unsupported = {}
-    matmuls = int4_candidates(model, gemm_as_matmul=False)
-    int4_layers = {"matmul": matmuls, "gemm": int4_candidates(model) - matmuls}
+    int4_layers = int4_layer_counts(model)
     if not sum(int4_layers.values()):
         unsupported["int4"] = "no MatMul or Gemm with a constant 2-D weight (MatMulNBits would quantize 0 layers)"
     return UserModel(label=label, kind=kind, native_format="onnx", inputs=specs, path=path, module=torch_module,

@@ -138,11 +138,11 @@ def _gemm_model():
 
 
 def test_gemms_with_a_constant_weight_become_the_matmul_and_add_they_compute():
-    from edgesmith.compress.quant_int4 import gemms_as_matmul, int4_candidates
+    from edgesmith.compress.quant_int4 import gemms_as_matmul, int4_layer_counts
 
     model = _gemm_model()
     rewritten, names = gemms_as_matmul(model)
-    assert names == ["fc1", "fc2", "fc3"] and int4_candidates(model) == 3
+    assert names == ["fc1", "fc2", "fc3"] and int4_layer_counts(model) == {"matmul": 0, "gemm": 3}
     onnx.checker.check_model(rewritten)
     ops = {n.name: n.op_type for n in rewritten.graph.node}
     assert ops["fc1"] == ops["fc2"] == ops["fc3"] == "MatMul" and ops["fc4"] == "Gemm"
