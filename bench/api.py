@@ -103,9 +103,12 @@ def _check_examples(model: str, example_data) -> None:
 
     if example_data is None:
         return
-    src = None if model in producer_names() else find_source(model)
-    if model in producer_names() or (src is not None and not src.traced):
-        what = "a producer, which has its own inputs" if src is None else f"read by the {src.name} source, not traced"
+    what = None
+    if model in producer_names():
+        what = "a producer, which has its own inputs"
+    elif (src := find_source(model)) is not None and not src.traced:
+        what = f"read by the {src.name} source, not traced"
+    if what:
         raise EdgesmithError(f"--example-data traces a torch model (file.py:factory, .pt, .pt2); {model} is {what}.",
                              "drop --example-data.")
 
