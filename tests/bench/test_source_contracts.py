@@ -5,6 +5,8 @@ wrong content), is refused by ``deploy`` with one user error naming the file, wi
 A new source must add its case here."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -81,6 +83,10 @@ def _nir(t):
     return t / "g.nir"
 
 
+def _file_name(spec: str) -> str:  # the file a spec names (file.py:factory names file.py)
+    return Path(spec.split(":")[0]).name
+
+
 DAMAGED = {"onnx": _onnx, "torch-factory": _factory, "torchscript": _torchscript, "torch-export": _torch_export,
            "rwkv-checkpoint": _rwkv, "edgesmith-rwkv-quantized": _rwkv_quantized, "tree-ensemble": _trees,
            "netx": _netx, "nir": _nir}
@@ -95,7 +101,7 @@ def test_a_damaged_file_of_each_source_is_one_user_error_naming_it(name, capfd, 
     spec = str(DAMAGED[name](tmp_path))
     assert find_source(spec).name == name  # the case reaches the source it is written for
     code, _, err = run_cli(capfd, "deploy", spec, "--target", "host-cpu", "--out", tmp_path / "r", "--quiet")
-    assert_user_error(code, err, spec.split(":")[0].rsplit("/", 1)[-1])
+    assert_user_error(code, err, _file_name(spec))
     assert "Traceback" not in err and err.count("edgesmith: error:") == 1
     assert not (tmp_path / "r").exists()
     # a library that logs the failure with its traceback prints it on the user's terminal before the error
@@ -105,7 +111,7 @@ def test_a_damaged_file_of_each_source_is_one_user_error_naming_it(name, capfd, 
 @pytest.mark.parametrize("name", source_names())
 def test_a_missing_file_of_each_source_is_one_user_error_naming_it(name, capsys, tmp_path):
     spec = str(DAMAGED[name](tmp_path))
-    (tmp_path / spec.split(":")[0].rsplit("/", 1)[-1]).unlink()
+    (tmp_path / _file_name(spec)).unlink()
     code, _, err = run_cli(capsys, "deploy", spec, "--target", "host-cpu", "--out", tmp_path / "r", "--quiet")
-    assert_user_error(code, err, spec.split(":")[0].rsplit("/", 1)[-1])
+    assert_user_error(code, err, _file_name(spec))
     assert not (tmp_path / "r").exists()
