@@ -154,10 +154,11 @@ def cmd_quantize(args) -> int:
 
 def bench_inputs(model, shapes: dict, batch: int, seed: int, types: dict | None = None) -> dict:
     """Random inputs for every data input of an ONNX model: its declared dims and type, the batch, and
-    ``--input-shape [NAME=]D,...`` for dynamic ones; floats standard normal, integers zeros (valid ids)."""
+    ``--input-shape [NAME=]D,...`` for dynamic ones; floats standard normal, integers ones for a mask, else zeros
+    (valid ids), as ``input_fill`` says."""
     import numpy as np
 
-    from edgesmith.bench.sources.base import check_given_type, given_for
+    from edgesmith.bench.sources.base import check_given_type, given_for, input_fill
     from edgesmith.compress.onnx_analysis import data_inputs
 
     rng = np.random.default_rng(seed)
@@ -180,7 +181,9 @@ def bench_inputs(model, shapes: dict, batch: int, seed: int, types: dict | None 
             raise EdgesmithError(f"input {name!r} has dynamic dimensions ({', '.join('?' if d is None else str(d) for d in dims[1:])}).",
                                  f"pass --input-shape {name}=D,... with the sizes to time (per sample, without the batch).")
         shape = (batch, *rest)
-        out[name] = rng.standard_normal(shape).astype(dtype) if dtype.kind == "f" else np.zeros(shape, dtype)
+        how = input_fill(name, dtype, {})[0]
+        out[name] = rng.standard_normal(shape).astype(dtype) if how == "normal" else \
+            (np.ones if how == "ones" else np.zeros)(shape, dtype)
     return out
 
 

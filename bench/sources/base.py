@@ -115,7 +115,7 @@ def describe_sources() -> list[dict]:
 
 
 MAX_SAMPLE_ELEMENTS = 2 ** 24  # per example sample: 64 MiB of float32, 2 GiB for the 32 synthetic samples
-# the element types --input-shape may name; integers are filled with zeros (valid ids), floats standard normal
+# the element types --input-shape may name; how each is filled: input_fill
 INPUT_TYPES = ("float32", "float16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
 
 
@@ -153,17 +153,15 @@ SYNTHETIC_SAMPLES = 32  # inputs made from --input-shape to score a model given 
 def synthetic_evaluation(specs, request: UserRequest, id_bounds: dict | None = None):
     """Inputs made from ``--input-shape`` for a model given no data files, labelled as such: the model is then
     scored by its outputs' agreement with the fp32 model's on them (fidelity), never by accuracy. ``id_bounds``
-    ({input: rows of the table it indexes}) lets token ids vary below that bound; other integers are zeros. None
-    without ``--input-shape``."""
+    ({input: rows of the table it indexes}) lets token ids vary below that bound; other integers are ones if the
+    input's name says it is a mask, else zeros. None without ``--input-shape``."""
     from edgesmith.models.user_data import TensorData
 
     if not request.input_shapes:
         return None
     bounds = id_bounds or {}
     inputs = sample_inputs(specs, request, n=SYNTHETIC_SAMPLES, seed=request.seed, id_bounds=bounds)
-    made = [f"{s.name}: " + ("standard normal" if np.dtype(s.dtype).kind == "f" else
-                             f"random ids below {bounds[s.name]}, the rows it indexes" if s.name in bounds else "zeros")
-            for s in specs]
+    made = [f"{s.name}: {input_fill(s.name, s.dtype, bounds)[1]}" for s in specs]
     return TensorData(inputs, origin=f"synthetic inputs from --input-shape ({'; '.join(made)}; no --eval-data): "
                                      "fidelity to the fp32 model, not a task score")
 
@@ -215,7 +213,8 @@ def resolve_model(spec: str, request: UserRequest, *, seed: int = 0):
 def sample_inputs(specs, request: UserRequest, n: int = 2, seed: int = 0,
                   id_bounds: dict | None = None) -> dict[str, np.ndarray]:
     """Example inputs for tracing or exporting a model: the user's data if given, else ``--input-shape``
-    (standard normal floats; integers random below ``id_bounds[name]`` where given, else zeros)."""
+    (standard normal floats; integers random below ``id_bounds[name]`` where given, ones for a mask, else
+    zeros: see ``input_fill``)."""
     from edgesmith.models.user_data import load_tensors
 
     for path in (request.calibration_data, request.eval_data):
@@ -235,10 +234,26 @@ def sample_inputs(specs, request: UserRequest, n: int = 2, seed: int = 0,
                                  f"{s.name}=3,64,64).")
         dt = np.dtype(s.dtype)
         check_given_type(request.input_types, s.name, len(specs), dt, "model", "drop ':{said}' or write :{declared}.")
-        if dt.kind == "f":
+        how = input_fill(s.name, dt, id_bounds or {})[0]
+        if how == "normal":
             out[s.name] = rng.standard_normal((n, *shape)).astype(dt)
-        elif id_bounds and s.name in id_bounds:  # token ids: any row of the table they index
+        elif how == "ids":
             out[s.name] = rng.integers(0, id_bounds[s.name], (n, *shape)).astype(dt)
-        else:  # zeros are valid for any integer input (an id, a count, a mask)
-            out[s.name] = np.zeros((n, *shape), dt)
+        else:
+            out[s.name] = (np.ones if how == "ones" else np.zeros)((n, *shape), dt)
     return out
+
+
+def input_fill(name: str, dtype, id_bounds: dict) -> tuple[str, str]:
+    """How a synthetic input is filled, and the words a report uses for it. Floats: standard normal. Integers
+    that index a table: random ids below its rows. An integer or boolean input named like a mask
+    (``attention_mask``): ones, every position kept; zeros would mask every position, and a transformer then
+    attends to nothing real (Hugging Face Optimum's dummy inputs key masks by name the same way). Any other
+    integer: zeros, valid for an id, a count or an index."""
+    if np.dtype(dtype).kind == "f":
+        return "normal", "standard normal"
+    if name in id_bounds:
+        return "ids", f"random ids below {id_bounds[name]}, the rows it indexes"
+    if "mask" in name.lower():
+        return "ones", "ones (its name says mask: every position kept)"
+    return "zeros", "zeros"

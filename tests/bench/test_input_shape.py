@@ -269,8 +269,10 @@ def test_a_public_bert_with_two_int64_inputs_deploys_from_typed_shapes_alone(cap
     graph = onnx.load(r["variants"][0]["artifact"], load_external_data=False).graph  # the traced fp32 file
     assert [(i.name, i.type.tensor_type.elem_type) for i in graph.input] == [
         ("input_ids", onnx.TensorProto.INT64), ("attention_mask", onnx.TensorProto.INT64)]
-    # ids below the word-embedding rows; the mask feeds a Cast, not a table, so it gets zeros (valid for any mask)
-    assert "input_ids: random ids below 500, the rows it indexes; attention_mask: zeros" in \
+    # ids below the word-embedding rows; the mask indexes no table and gets ones, every position attended (zeros would
+    # mask every position and score the model on inputs it never sees)
+    assert "input_ids: random ids below 500, the rows it indexes; attention_mask: ones (its name says mask: every " \
+           "position kept)" in \
         r["reference"]["evaluation"]["extra"]["data"]
     rows = {x["variant"]: x for x in r["results"]}
     assert rows["fp32"]["max_abs_diff"] == 0
@@ -358,3 +360,28 @@ def test_only_ids_that_index_the_rows_of_a_constant_table_get_a_bound():
                               initializer=[table, numpy_helper.from_array(np.array([2], np.int64), "shape"),
                                            numpy_helper.from_array(np.array(1, np.int64), "one")])
     assert _gather_rows(helper.make_model(graph), set(ins)) == {"ids": 7, "flat": 7}
+
+
+def test_synthetic_integer_inputs_are_ids_below_their_table_ones_for_a_mask_and_zeros_otherwise():
+    from edgesmith.bench.cli import bench_inputs
+    from edgesmith.bench.sources.base import UserRequest, sample_inputs
+    from edgesmith.models.user_data import TensorSpec
+
+    specs = [TensorSpec("input_ids", np.int64, (None,), None), TensorSpec("attention_mask", np.int64, (None,), None),
+             TensorSpec("Key_Padding_MASK", np.bool_, (None,), None), TensorSpec("length", np.int32, (None,), None)]
+    request = UserRequest(input_shapes={n: (6,) for n in ("input_ids", "attention_mask", "Key_Padding_MASK", "length")})
+    x = sample_inputs(specs, request, n=8, seed=0, id_bounds={"input_ids": 50})
+    assert x["input_ids"].min() >= 0 and x["input_ids"].max() < 50 and len(np.unique(x["input_ids"])) > 1
+    assert (x["attention_mask"] == 1).all() and x["attention_mask"].dtype == np.int64
+    assert x["Key_Padding_MASK"].all() and x["Key_Padding_MASK"].dtype == np.bool_
+    assert (x["length"] == 0).all()
+
+    # `edgesmith bench` times a graph on inputs made by the same rule
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Cast", ["attention_mask"], ["y"], to=TensorProto.FLOAT),
+                               helper.make_node("Cast", ["ids"], ["z"], to=TensorProto.FLOAT)], "g",
+                              [helper.make_tensor_value_info(n, TensorProto.INT64, ["b", 4]) for n in ("attention_mask", "ids")],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "yz"])
+    feeds = bench_inputs(helper.make_model(graph), {}, 2, 0)
+    assert (feeds["attention_mask"] == 1).all() and (feeds["ids"] == 0).all()
