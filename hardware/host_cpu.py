@@ -266,6 +266,19 @@ def onnx_export(producer) -> list:
     return [] if producer.native_format == "onnx" else [ExportOnnxConfig()]
 
 
+def exclude_notes(kopts, variants) -> list[str]:
+    """What ``--option exclude=[...]`` did: the post-training variants keep those nodes in fp32; QAT variants, which
+    quantize the torch model's Linear layers, do not read ONNX node names."""
+    if not kopts.exclude:
+        return []
+    out = [f"kept in fp32 by exclude in the post-training variants: {', '.join(kopts.exclude)}"]
+    qat = [v.name for v in variants if v.name.startswith("qat-")]
+    if qat:
+        out.append(f"exclude names ONNX nodes and does not apply to {', '.join(qat)}, which quantize every Linear of the "
+                   "torch model (qat_keep_8bit keeps the most sensitive at 8 bits)")
+    return out
+
+
 def qat_variants(producer, kopts, runtimes: list[str], where: str, form: str = "qcdq") -> tuple[list, dict[str, str]]:
     """Brevitas QAT variants (qat-w8a8, qat-w4a8), ``kopts.qat_epochs`` of fine-tuning, exported in ``form``, for
     a torch model whose producer offers training data; else none, with the reason for each (reported as unavailable)."""
@@ -356,13 +369,15 @@ class HostCpu(Target):
         skip = producer.unsupported_runtimes() if hasattr(producer, "unsupported_runtimes") else {}
         skip = {name: why for name, why in skip.items() if name != self.runtime}
         both = ["onnxruntime", "tvm"] if options.tvm and "tvm" not in skip else ["onnxruntime"]
-        int8 = lambda: Int8QdqConfig(calibration=kopts.calibration, percentile=kopts.percentile)  # noqa: E731
+        # layers excluded by name: a variant whose every layer is excluded is built as asked and reports 0 quantized
+        kept = dict(exclude=tuple(kopts.exclude), allow_empty=bool(kopts.exclude))
+        int8 = lambda: Int8QdqConfig(calibration=kopts.calibration, percentile=kopts.percentile, **kept)  # noqa: E731
         export = onnx_export(producer)
         variants = [
             Variant("fp32", export, list(both), "fp32 ONNX" + (" export" if export else " (the model as given)")),
             Variant("int8", export + [int8()], list(both), "int8 QDQ static quantization"),
             Variant("int4", export + [Int4WeightOnlyConfig(block_size=kopts.int4_block_size,
-                                                             gemm_as_matmul=kopts.int4_gemm)],
+                                                             gemm_as_matmul=kopts.int4_gemm, **kept)],
                     ["onnxruntime"], "4-bit weight-only MatMulNBits (TVM cannot run MatMulNBits)"),
         ]
         qat, unavailable = qat_variants(producer, kopts, ["onnxruntime"], "Linear layers lowered to onnxruntime's integer "
@@ -387,6 +402,7 @@ class HostCpu(Target):
                  "powercap interface exists, otherwise estimated by the host-cpu cost model"]
         if not options.tvm:
             notes.append("TVM disabled by option")
+        notes += exclude_notes(kopts, variants)
         notes += [f"variant {name} not built: {why}" for name, why in hints.items()]
         notes += [f"runtime {name} left out for this model: {why}" for name, why in skip.items()]
         return Plan(self.name, select_variants(self.name, variants, options.variants, unavailable),

@@ -14,7 +14,7 @@ is an upper-leaning estimate that already contains static, CPU and DRAM power.
 from __future__ import annotations
 
 from edgesmith.hardware.base import Coefficient, CostModel, Estimate, Plan, PlanOptions, Target, Variant, Workload, register_target
-from edgesmith.hardware.host_cpu import module_fits, onnx_export, qat_variants, select_variants
+from edgesmith.hardware.host_cpu import exclude_notes, module_fits, onnx_export, qat_variants, select_variants
 from edgesmith.common import EdgesmithError
 
 DATASHEET = ("NVIDIA Jetson Orin Nano Series Module Data Sheet (DS-11105-001, 2023), Orin Nano 8GB: "
@@ -106,7 +106,8 @@ class JetsonOrinNano(Target):
         export = onnx_export(producer)
         variants = [
             Variant("fp32", export, ["onnxruntime"], "fp32 ONNX (CUDA cores on the Jetson)"),
-            Variant("int8", export + [Int8QdqConfig(calibration=kopts.calibration, percentile=kopts.percentile)],
+            Variant("int8", export + [Int8QdqConfig(calibration=kopts.calibration, percentile=kopts.percentile,
+                                                    exclude=tuple(kopts.exclude), allow_empty=bool(kopts.exclude))],
                     ["onnxruntime"], "int8 QDQ (tensor cores on the Jetson)"),
         ]
         qat, unavailable = qat_variants(producer, kopts, ["onnxruntime"], "int8 tensor cores on the Jetson")
@@ -115,7 +116,8 @@ class JetsonOrinNano(Target):
         unavailable.update({n: f"{producer.name} has no {n} variant: {why}" for n, why in hints.items()})
         variants = [v for v in variants if v.name not in hints]
         return Plan(self.name, select_variants(self.name, variants, options.variants, unavailable),
-                    self.latency_provenance, PROXY_NOTES + [f"variant {n} not built: {w}" for n, w in hints.items()])
+                    self.latency_provenance, PROXY_NOTES + exclude_notes(kopts, variants)
+                    + [f"variant {n} not built: {w}" for n, w in hints.items()])
 
     def plan_token_lm(self, producer, options: PlanOptions, kopts) -> Plan:
         from edgesmith.compress.export_step import ExportStepOnnxConfig

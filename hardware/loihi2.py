@@ -210,6 +210,9 @@ class Loihi2(Target):
         from edgesmith.compress.torch_source import TorchSourceConfig
         from edgesmith.hardware.host_cpu import qat_unavailable
 
+        if kopts.exclude:  # asking for fp32 layers on a chip without floating point is refused, not ignored
+            raise EdgesmithError(f"loihi2 runs every layer in fixed point; it cannot keep {', '.join(kopts.exclude)} in "
+                                 "fp32.", "drop --option exclude, or deploy to host-cpu or jetson-orin-nano.")
         if producer.native_format == "nir":  # a NIR graph of LIF-family neurons: fixed-point Lava LIF layers
             from edgesmith.compress.import_nir import ImportNirConfig
 

@@ -15,6 +15,8 @@ class TensorOptions(KindOptions):
     percentile: float = option(99.99, "percentile of |activation| kept by percentile calibration")
     int4_block_size: int = option(32, "weights per scale of the int4 MatMulNBits variant (16..256, power of 2)")
     int4_gemm: bool = option(True, "int4 variant: quantize Gemm layers too (rewritten as MatMul); false keeps them fp32")
+    exclude: tuple[str, ...] = option((), "node names of the exported ONNX graph (as the report's per-layer table names "
+                                           "them) that the int8, int4 and pruned variants keep in fp32")
     prune_sparsity: float = option(0.0, "add a magnitude-pruned + int8 variant at this sparsity (0 = none)")
     qat_epochs: int = option(0, "add brevitas QAT variants (qat-w8a8, qat-w4a8) fine-tuned this many epochs (0 = none)")
     qat_keep_8bit: int = option(0, "qat-w4a8: this many layers, the most output-sensitive at 4 bits, keep 8-bit weights")
@@ -30,6 +32,9 @@ class TensorOptions(KindOptions):
             self._fail("int4_block_size", f"is {b!r}", "use a power of two from 16 to 256.")
         if not isinstance(self.int4_gemm, bool):
             self._fail("int4_gemm", f"is {self.int4_gemm!r}", "use true or false.")
+        if isinstance(self.exclude, str) or not all(isinstance(n, str) and n for n in self.exclude):
+            self._fail("exclude", f"is {self.exclude!r}",
+                       "give a list of node names, e.g. '[\"/classifier/Gemm\"]' (the report's per-layer table names them).")
         q = self.qat_epochs
         if isinstance(q, bool) or not isinstance(q, int) or q < 0:
             self._fail("qat_epochs", f"is {q!r}", "use a whole number of epochs, 0 for no QAT variants.")

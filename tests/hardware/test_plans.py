@@ -59,6 +59,38 @@ def test_int4_gemm_false_keeps_gemms_fp32_and_leaves_int4_out_of_a_model_with_no
         get_target("host-cpu").plan(gemms, PlanOptions(tvm=False, variants=("int4",), options={"int4_gemm": False}))
 
 
+def test_exclude_reaches_every_post_training_variant_and_the_plan_says_what_it_keeps():
+    names = ["/pooler/dense/Gemm", "/classifier/Gemm"]
+    opts = PlanOptions(tvm=False, options={"exclude": names, "prune_sparsity": 0.5})
+    plan = get_target("host-cpu").plan(PRODUCER, opts)
+    v = _by_name(plan)
+    # the pruned variant ends in int8 too; excluding every layer is what was asked, so it is not an error
+    for name in ("int8", "int4", "pruned"):
+        assert (v[name].passes[-1].exclude, v[name].passes[-1].allow_empty) == (tuple(names), True)
+    assert "kept in fp32 by exclude in the post-training variants: /pooler/dense/Gemm, /classifier/Gemm" in plan.notes
+    jetson = get_target("jetson-orin-nano").plan(PRODUCER, opts)
+    assert _by_name(jetson)["int8"].passes[-1].exclude == tuple(names)
+    assert any("kept in fp32 by exclude" in n for n in jetson.notes)
+    # without the option nothing is excluded and an empty result stays an error
+    plain = _by_name(get_target("host-cpu").plan(PRODUCER, PlanOptions(tvm=False)))
+    assert (plain["int4"].passes[-1].exclude, plain["int4"].passes[-1].allow_empty) == ((), False)
+
+
+def test_exclude_is_refused_where_no_layer_can_stay_fp32_and_named_for_what_it_does_not_touch():
+    from edgesmith.hardware.host_cpu import exclude_notes
+    from edgesmith.models.kinds import get_kind
+
+    with pytest.raises(EdgesmithError, match="loihi2 runs every layer in fixed point; it cannot keep /fc/Gemm"):
+        get_target("loihi2").plan(PRODUCER, PlanOptions(options={"exclude": ["/fc/Gemm"]}))
+    for bad in ([""], [3]):
+        with pytest.raises(EdgesmithError, match="exclude"):
+            get_kind("tensor").options({"exclude": bad})
+    # QAT variants quantize torch Linears, which ONNX node names do not reach: the note says so
+    kopts = get_kind("tensor").options({"exclude": ["/fc/Gemm"]})
+    notes = exclude_notes(kopts, [SimpleNamespace(name=n) for n in ("fp32", "int8", "qat-w8a8", "qat-w4a8")])
+    assert "does not apply to qat-w8a8, qat-w4a8" in notes[1]
+
+
 def test_host_pruned_variant_appears_only_with_a_sparsity():
     v = _by_name(get_target("host-cpu").plan(PRODUCER, PlanOptions(options={"prune_sparsity": 0.7})))
     assert _types(v["pruned"]) == [MagnitudePruneConfig, ExportOnnxConfig, Int8QdqConfig]
