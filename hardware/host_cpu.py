@@ -266,6 +266,18 @@ def onnx_export(producer) -> list:
     return [] if producer.native_format == "onnx" else [ExportOnnxConfig()]
 
 
+def check_exclude(producer, kopts) -> None:
+    """Names given to ``exclude`` that a user's ONNX file lacks are refused before any work; a torch model's node names
+    exist only once it is exported, so its int8 or int4 pass checks them."""
+    if not kopts.exclude or getattr(producer, "native_format", None) != "onnx" or getattr(producer, "path", None) is None:
+        return
+    import onnx
+
+    from edgesmith.compress.onnx_analysis import check_node_names
+
+    check_node_names(onnx.load(str(producer.path), load_external_data=False), kopts.exclude, "--option exclude")
+
+
 def exclude_notes(kopts, variants) -> list[str]:
     """What ``--option exclude=[...]`` did: the post-training variants keep those nodes in fp32; QAT variants, which
     quantize the torch model's Linear layers, do not read ONNX node names."""
@@ -366,6 +378,7 @@ class HostCpu(Target):
         from edgesmith.compress.quant_int8 import Int8QdqConfig
 
         module_fits(self, producer)
+        check_exclude(producer, kopts)
         skip = producer.unsupported_runtimes() if hasattr(producer, "unsupported_runtimes") else {}
         skip = {name: why for name, why in skip.items() if name != self.runtime}
         both = ["onnxruntime", "tvm"] if options.tvm and "tvm" not in skip else ["onnxruntime"]

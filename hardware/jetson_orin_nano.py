@@ -14,7 +14,7 @@ is an upper-leaning estimate that already contains static, CPU and DRAM power.
 from __future__ import annotations
 
 from edgesmith.hardware.base import Coefficient, CostModel, Estimate, Plan, PlanOptions, Target, Variant, Workload, register_target
-from edgesmith.hardware.host_cpu import exclude_notes, module_fits, onnx_export, qat_variants, select_variants
+from edgesmith.hardware.host_cpu import check_exclude, exclude_notes, module_fits, onnx_export, qat_variants, select_variants
 from edgesmith.common import EdgesmithError
 
 DATASHEET = ("NVIDIA Jetson Orin Nano Series Module Data Sheet (DS-11105-001, 2023), Orin Nano 8GB: "
@@ -103,6 +103,7 @@ class JetsonOrinNano(Target):
         from edgesmith.compress.quant_int8 import Int8QdqConfig
 
         module_fits(self, producer)
+        check_exclude(producer, kopts)
         export = onnx_export(producer)
         variants = [
             Variant("fp32", export, ["onnxruntime"], "fp32 ONNX (CUDA cores on the Jetson)"),

@@ -105,6 +105,22 @@ def test_int4_gemm_false_leaves_int4_out_of_a_model_whose_layers_are_all_gemm(ca
         in r["plan"]["notes"]
 
 
+def test_exclude_keeps_the_named_layers_of_an_onnx_file_fp32_in_int8_and_int4(capsys, files, tmp_path):
+    first, second = [n.name for n in onnx.load(str(files / "mlp.onnx")).graph.node if n.op_type == "Gemm"]
+    r = _deploy(capsys, tmp_path / "r", files / "mlp.onnx", "--target", "host-cpu", "--no-tvm",
+                "--calibration-data", files / "calib.npy", "--option", f"exclude={json.dumps([first])}")
+    for v in r["variants"][1:]:
+        layers = {x["name"]: x for x in v["pass_reports"][-1]["layers"]}
+        assert (layers[first]["action"], layers[first]["reason"]) == ("skipped", "excluded by the config: kept in fp32")
+        assert layers[second]["action"] == "quantized", v["name"]
+    assert f"kept in fp32 by exclude in the post-training variants: {first}" in r["plan"]["notes"]
+    # every layer excluded: what was asked is built and says it quantized nothing, rather than failing the deploy
+    r = _deploy(capsys, tmp_path / "all", files / "mlp.onnx", "--target", "host-cpu", "--no-tvm", "--variant", "int4",
+                "--calibration-data", files / "calib.npy", "--option", f"exclude={json.dumps([first, second])}")
+    assert [x["action"] for x in r["variants"][0]["pass_reports"][-1]["layers"]] == ["skipped", "skipped"]
+    assert r["results"][0]["max_abs_diff"] < 1e-5  # fp32 throughout; the Gemms were rewritten as MatMul + Add
+
+
 def test_without_labels_the_metric_is_fidelity_to_the_fp32_model(capsys, files, tmp_path):
     r = _deploy(capsys, tmp_path / "r", files / "two.onnx", "--target", "host-cpu",
                 "--calibration-data", files / "two_calib.npz", "--eval-data", files / "two_eval.npz")

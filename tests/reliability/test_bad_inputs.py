@@ -4,6 +4,7 @@ disk afterwards (nothing written, the user's files untouched)."""
 from __future__ import annotations
 
 import errno
+import json
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,7 +209,17 @@ CASES = [
          lambda t: (_rwkv_text(t, ""), ["quantize", t / "m.pth", "--pass", "rwkv-rtn", "--calibration-data",
                                          t / "cal.txt", "--out", t / "q.pth"])[1],
          "writes a file of format 'onnx'", check=_nothing("q.pth", "q.pth.report.json")),
+    Case("deploy excluding a node the ONNX file lacks", lambda t: _deploy_excluding(t, ["mm", "/fc/Gemm"]),
+         "--option exclude names node(s) not in the model: /fc/Gemm", check=_nothing("r")),
+    Case("deploy excluding on loihi2", lambda t: _deploy_excluding(t, ["mm"], "loihi2"),
+         "loihi2 runs every layer in fixed point; it cannot keep mm in fp32", check=_nothing("r")),
 ]
+
+
+def _deploy_excluding(tmp: Path, names: list, target: str = "host-cpu") -> list:
+    np.save(tmp / "c.npy", np.random.default_rng(0).normal(size=(16, 8)).astype(np.float32))
+    return ["deploy", _mlp_onnx(tmp), "--target", target, "--calibration-data", tmp / "c.npy", "--no-tvm",
+            "--option", f"exclude={json.dumps(names)}", "--out", tmp / "r"]
 
 
 def _linear_factory(tmp: Path) -> None:
