@@ -172,6 +172,25 @@ def _environment_error(e: OSError, final: Path) -> EdgesmithError | None:
 
 
 @contextlib.contextmanager
+def quiet_native_stdout() -> Iterator[None]:
+    """Send what native code writes to file descriptor 1 while the block runs to /dev/null: C++ logging that
+    ``contextlib.redirect_stdout`` cannot reach (torch's legacy ONNX exporter dumps its whole graph there when an
+    operator fails, because torch 2.13's ``setup_onnx_logging`` tests a function object instead of calling it)."""
+    import sys
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+@contextlib.contextmanager
 def atomic_path(final: str | os.PathLike, *, force: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside ``final``; on success move it into place atomically.
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import math
 import re
 import sys
 import warnings
@@ -21,7 +22,7 @@ import numpy as np
 
 from edgesmith.bench.sources.base import (ModelSource, UserRequest, file_digest, register_source, sample_inputs,
                                           work_path)
-from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.common import EdgesmithError, atomic_path, quiet_native_stdout
 
 OP_PATTERNS = (r"operator '?([\w:.]+)'? to ONNX", r"Unsupported: ONNX export of operator ([\w:.]+)",
                r"'(aten::\w+(?:\.\w+)?)'", r"(aten::\w+(?:\.\w+)?)", r"(aten\.\w+(?:\.\w+)?)")
@@ -151,12 +152,45 @@ def export_to_onnx(module, label: str, key: bytes, request: UserRequest, program
     import onnxruntime as ort
 
     sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
-    got = sess.run(None, {i.name: example[i.name] for i in sess.get_inputs() if i.name in example})
-    diff = max(float(np.max(np.abs(np.asarray(g, np.float64) - r.detach().numpy().astype(np.float64))))
-               for g, r in zip(got, ref))
-    notes.append(f"exported from torch to ONNX here; largest output difference from the torch module on 2 example "
-                 f"inputs: {diff:.3g}")
+    want = [r.detach().numpy() for r in ref]
+    feeds = {i.name: example[i.name] for i in sess.get_inputs() if i.name in example}
+    n = len(args[0])
+    diff = max(_max_diff(g, w) for g, w in zip(sess.run(None, feeds), want))
+    checked = f"{n} example inputs"
+    if n > 1 and _program_batch(program) is None and all(w.shape[:1] == (n,) for w in want):
+        # a batch-dynamic file is timed at other batches: one traced at 2 must give the same rows at 1
+        try:
+            one = sess.run(None, {k: v[:1] for k, v in feeds.items()})
+        except Exception as e:  # onnxruntime raises its own types: a shape the trace fixed at the example batch
+            out.unlink(missing_ok=True)
+            raise EdgesmithError(f"the ONNX export of {label} runs only at the batch it was traced with ({n}); at batch 1 "
+                                 f"onnxruntime says: {(str(e).strip().splitlines() or [''])[0][:200]}",
+                                 "size reshapes from the input (x.view(x.shape[0], -1)), not as constants.") from None
+        diff = max(diff, *(_max_diff(g, w[:1]) for g, w in zip(one, want)))
+        checked += " (as one batch, and the first alone)"
+    finite = [np.abs(w.astype(np.float64)) for w in want]
+    scale = max([1.0] + [float(np.nanmax(a)) for a in finite if a.size and not np.isnan(a).all()])
+    if not diff <= EXPORT_TOLERANCE * scale:
+        out.unlink(missing_ok=True)  # not kept in the cache: the next run exports again
+        raise EdgesmithError(f"the ONNX export of {label} does not compute what the torch module computes: largest output "
+                             f"difference {diff:.3g} on {checked}, with outputs up to {scale:.3g}.",
+                             "export the model to ONNX yourself, check it against torch, and deploy the .onnx file "
+                             "(a forward that draws random numbers in eval mode cannot be exported faithfully).")
+    notes.append(f"exported from torch to ONNX here; largest output difference from the torch module on {checked}: "
+                 f"{diff:.3g}")
     return out, notes
+
+
+EXPORT_TOLERANCE = 1e-3  # an exported graph off by more than this times the largest output (at least 1) is refused
+
+
+def _max_diff(got, want) -> float:
+    """Largest |got - want|; NaN where both are NaN counts as equal, anywhere else (or a shape mismatch) as infinite."""
+    g, w = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if g.shape != w.shape or (np.isnan(g) != np.isnan(w)).any():
+        return math.inf
+    d = np.abs(np.where(np.isnan(g), 0.0, g - w))
+    return float(d.max()) if d.size else 0.0
 
 
 def program_specs(program, label: str) -> list:
@@ -198,6 +232,7 @@ def _program_batch(program) -> int | None:
 
 
 def _export(model, args, path, names, out_names, dynamo: bool) -> None:
+    import inspect
     import logging
 
     import torch
@@ -205,13 +240,18 @@ def _export(model, args, path, names, out_names, dynamo: bool) -> None:
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # not "torchvision is not installed" at every export
     if dynamo:
         batch = torch.export.Dim("batch", min=1)
-        shapes = tuple({0: batch} for _ in args) if not isinstance(model, torch.export.ExportedProgram) else None
+        shapes = None
+        if not isinstance(model, torch.export.ExportedProgram):  # dynamic_shapes follows forward's signature:
+            shapes = tuple({0: batch} for _ in args)           # one entry per parameter, a tuple for *args
+            if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in inspect.signature(model.forward).parameters.values()):
+                shapes = (shapes,)
         torch.onnx.export(model, args, str(path), input_names=names, output_names=out_names, dynamo=True,
                           dynamic_shapes=shapes, opset_version=18, verbose=False, external_data=False)
     else:
         dyn = {n: {0: "batch"} for n in (*names, *out_names)}
-        torch.onnx.export(model, args, str(path), input_names=names, output_names=out_names, dynamic_axes=dyn,
-                          opset_version=17, dynamo=False)
+        with quiet_native_stdout():  # a failed export's graph dump; its error is reported, and dynamo tried next
+            torch.onnx.export(model, args, str(path), input_names=names, output_names=out_names, dynamic_axes=dyn,
+                              opset_version=17, dynamo=False)
 
 
 FACTORY_SPEC = re.compile(r"(.+\.py)(:[A-Za-z_]\w*)")

@@ -330,6 +330,44 @@ def test_a_public_gpt2_gets_ids_through_its_reshape_and_int4_on_its_conv1d_gemms
     assert rows["int4"]["size_bytes"] < 0.5 * rows["fp32"]["size_bytes"] and rows["int4"]["evaluation"]["value"] > 12
 
 
+LLAMA = '''import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+class Logits(torch.nn.Module):  # forward(*args), as a generic wrapper is often written
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, *args):
+        return self.m(*args).logits
+
+
+def make():
+    cfg = LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64, use_cache=False)
+    return Logits(LlamaForCausalLM(cfg)).eval()
+'''
+
+
+def test_a_public_llama_that_the_legacy_exporter_cannot_take_is_exported_by_dynamo(capfd, tmp_path):
+    # Hugging Face's LLaMA (RoPE, RMSNorm, grouped-query attention): its causal mask uses aten::diff, which the
+    # legacy exporter lacks, so the dynamo exporter takes it, with one dynamic batch entry for the *args of forward;
+    # the legacy exporter's graph dump (torch prints it from C++, so capfd, not capsys) must not reach the terminal
+    (tmp_path / "llama.py").write_text(LLAMA)
+    code, out, err = run_cli(capfd, "deploy", f"{tmp_path / 'llama.py'}:make", "--target", "host-cpu",
+                             "--input-shape", "16:int64", "--variant", "int4", "--out", tmp_path / "r", *FAST)
+    assert code == 0, err
+    assert "Torch IR graph" not in out + err
+    r = json.loads((tmp_path / "r" / "report.json").read_text())
+    export_note = next(n for n in r["notes"] if n.startswith("exported from torch to ONNX here"))
+    assert float(export_note.rsplit(": ", 1)[1]) < 1e-4
+    graph = onnx.load(tmp_path / "r" / r["variants"][0]["artifact"], load_external_data=False).graph
+    assert graph.input[0].type.tensor_type.shape.dim[0].dim_param  # the batch stays dynamic: deploy times batch 1 and 64 on one file
+    assert {x["batch"] for x in r["results"][0]["latency"].values()} == {1, 64}
+    assert r["results"][0]["evaluation"]["value"] > 12
+
+
 def test_a_recipe_gives_typed_shapes_as_the_flag_does(capsys, net, tmp_path):
     (tmp_path / "r.toml").write_text(f'model = "{net}:bag"\ntarget = "host-cpu"\ninput_shape = ["ids=12:int64"]\n'
                                      '[plan]\ntvm = false\nvariants = ["fp32"]\n[bench]\nwarmup = 1\nreps = 5\n')

@@ -190,6 +190,13 @@ CASES = [
          lambda t: (_linear_factory(t), ["deploy", t / "f.py:make", "--target", "host-cpu", "--input-shape", "3",
                                          "--out", t / "r"])[1],
          "fails on example inputs (input (2, 3) float32): RuntimeError: mat1 and mat2", check=_nothing("r")),
+    # an exported graph that does not compute what the torch module computes is refused, not deployed
+    Case("torch factory whose forward draws noise in eval mode",
+         lambda t: _factory_forward(t, "x @ self.w + torch.randn_like(x[:, :2])"),
+         "does not compute what the torch module computes", check=_nothing("r")),
+    Case("torch factory whose trace fixes the batch",
+         lambda t: _factory_forward(t, "(x @ self.w).reshape(2, 2)"),
+         "runs only at the batch it was traced with (2); at batch 1", check=_nothing("r")),
     # export's example data is checked like any data file before the model is traced on it
     Case("export example data with a NaN", lambda t: _export_examples(t, np.full((3, 4), np.nan, np.float32)),
          "example data for input 'input' contains 12 NaN or infinite values", check=_nothing("o.onnx")),
@@ -220,6 +227,13 @@ def _deploy_excluding(tmp: Path, names: list, target: str = "host-cpu") -> list:
     np.save(tmp / "c.npy", np.random.default_rng(0).normal(size=(16, 8)).astype(np.float32))
     return ["deploy", _mlp_onnx(tmp), "--target", target, "--calibration-data", tmp / "c.npy", "--no-tvm",
             "--option", f"exclude={json.dumps(names)}", "--out", tmp / "r"]
+
+
+def _factory_forward(tmp: Path, body: str) -> list:
+    (tmp / "f.py").write_text("import torch\n\n\nclass M(torch.nn.Module):\n    def __init__(self):\n"
+                              "        super().__init__()\n        self.w = torch.nn.Parameter(torch.ones(4, 2))\n\n"
+                              f"    def forward(self, x):\n        return {body}\n\n\ndef make():\n    return M()\n")
+    return ["deploy", tmp / "f.py:make", "--target", "host-cpu", "--input-shape", "4", "--out", tmp / "r"]
 
 
 def _linear_factory(tmp: Path) -> None:
