@@ -97,6 +97,10 @@ def prepare(path: Path) -> tuple[Path, list[str]]:
         del model.graph.node[:]
         model.graph.node.extend(kept)
         notes.append(f"{folded} Constant node(s) folded into initializers")
+    shared = _fold_initializer_identities(model)
+    if shared:
+        notes.append(f"{shared} Identity node(s) of a weight removed, their users reading the weight itself (torch "
+                     "exports a weight shared by several layers that way; quantizers see only constant weights)")
     try:
         onnx.checker.check_model(model, full_check=True)
     except Exception as e:
@@ -109,13 +113,41 @@ def prepare(path: Path) -> tuple[Path, list[str]]:
             raise EdgesmithError(f"{path} is too large to rewrite here ({'; '.join(notes)}).",
                                  f"re-export it with opset {MIN_OPSET} or newer and its weights as initializers.")
         return path, notes
-    out = work_path(file_digest(path) + b"prepared-v1", ".onnx")
+    out = work_path(file_digest(path) + b"prepared-v2", ".onnx")
     if not out.exists():
         with atomic_path(out, force=True) as tmp:
             onnx.save_model(model, str(tmp))
     if has_external:
         notes.append("external data read from beside the model and kept inline in the prepared copy")
     return out, notes
+
+
+def _fold_initializer_identities(model) -> int:
+    """Remove each top-level Identity whose input is an initializer (and whose output is not a graph output), renaming
+    its output to that initializer wherever it is read, subgraphs included; the number removed."""
+    inits = {t.name for t in model.graph.initializer}
+    outputs = {o.name for o in model.graph.output}
+    alias = {n.output[0]: n.input[0] for n in model.graph.node
+             if n.op_type == "Identity" and n.input and n.input[0] in inits and n.output[0] not in outputs}
+    if not alias:
+        return 0
+    kept = [n for n in model.graph.node if not (n.op_type == "Identity" and n.output and n.output[0] in alias)]
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+
+    def rename(graph) -> None:
+        for node in graph.node:
+            for k, name in enumerate(node.input):
+                if name in alias:
+                    node.input[k] = alias[name]
+            for a in node.attribute:
+                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    rename(g)
+
+    rename(model.graph)
+    for vi in [v for v in model.graph.value_info if v.name in alias]:
+        model.graph.value_info.remove(vi)
+    return len(alias)
 
 
 STATE_PATTERNS = (lambda n: f"{n}_out", lambda n: f"{n}_next", lambda n: f"next_{n}", lambda n: f"new_{n}",

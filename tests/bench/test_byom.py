@@ -121,6 +121,28 @@ def test_exclude_keeps_the_named_layers_of_an_onnx_file_fp32_in_int8_and_int4(ca
     assert r["results"][0]["max_abs_diff"] < 1e-5  # fp32 throughout; the Gemms were rewritten as MatMul + Add
 
 
+def test_a_weight_shared_by_two_layers_is_quantized_in_both(capsys, tmp_path):
+    # torch's exporter gives the second use of a shared weight an Identity of the first (ALBERT's shared layers,
+    # tied embeddings); read through it, int4 quantizes both MatMuls instead of keeping the weight fp32 beside a copy
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(64, 64)
+
+        def forward(self, x):
+            return self.fc(torch.relu(self.fc(x)))
+
+    torch.manual_seed(0)
+    path = _export(Tied(), (torch.randn(2, 5, 64),), tmp_path / "tied.onnx", ["x"], ["y"])
+    assert "Identity" in {n.op_type for n in onnx.load(str(path)).graph.node}
+    r = _deploy(capsys, tmp_path / "r", path, "--target", "host-cpu", "--input-shape", "5,64", "--variant", "int4")
+    layers = r["variants"][0]["pass_reports"][-1]["layers"]
+    assert [x["action"] for x in layers] == ["quantized", "quantized"]
+    assert any(n.startswith("1 Identity node(s) of a weight removed") for n in r["notes"])
+    assert r["results"][0]["size_bytes"] < 0.4 * r["reference"]["size_bytes"]
+    assert r["results"][0]["evaluation"]["value"] > 15
+
+
 def test_without_labels_the_metric_is_fidelity_to_the_fp32_model(capsys, files, tmp_path):
     r = _deploy(capsys, tmp_path / "r", files / "two.onnx", "--target", "host-cpu",
                 "--calibration-data", files / "two_calib.npz", "--eval-data", files / "two_eval.npz")
