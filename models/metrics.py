@@ -126,6 +126,11 @@ def fidelity(outputs, reference) -> tuple[float, dict]:
     noise = float(np.sum(err ** 2))
     signal = float(np.sum(ref ** 2))
     max_err = float(np.max(np.abs(err))) if err.size else 0.0
+    if signal == 0.0:  # SQNR has no signal to measure against: every variant would score the cap or -inf
+        raise EdgesmithError(f"the fp32 model's outputs on the {ref.size} evaluation values are all zero, so fidelity "
+                             "(output SQNR against them) cannot score its variants.",
+                             "pass --eval-data with inputs the model responds to (a trained model), or labels or "
+                             "targets with --metric accuracy/mse/mae.")
     if noise == 0.0:
         return SQNR_CAP, {"max_abs_error": max_err, "identical": True}
     sqnr = 10.0 * np.log10(max(signal, 1e-300) / noise)

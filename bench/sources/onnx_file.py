@@ -99,8 +99,9 @@ def prepare(path: Path) -> tuple[Path, list[str]]:
         notes.append(f"{folded} Constant node(s) folded into initializers")
     shared = _fold_initializer_identities(model)
     if shared:
-        notes.append(f"{shared} Identity node(s) of a weight removed, their users reading the weight itself (torch "
-                     "exports a weight shared by several layers that way; quantizers see only constant weights)")
+        notes.append(f"{shared} Identity node(s) of a weight removed, their users reading the weight itself (torch's "
+                     "exporter writes a weight that several layers share, or that equals another, once and reads the "
+                     "other uses through Identity; quantizers see only constant weights)")
     try:
         onnx.checker.check_model(model, full_check=True)
     except Exception as e:
