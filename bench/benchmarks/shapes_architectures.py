@@ -1,0 +1,214 @@
+"""Public architectures deployed from their torch definition and input shapes alone.
+
+    .venv/bin/python -m edgesmith.bench.benchmarks.shapes_architectures --out runs/shapes [--force] [--only NAME ...]
+
+Fifteen Hugging Face transformers architectures nobody in this project wrote (encoders, decoder-only language
+models with RoPE, ALiBi, sliding windows and grouped-query attention, vision transformers and convnets, a speech
+encoder), each built small from its public config with seeded random weights (nothing is downloaded). Each is
+written as a ``file.py:make`` factory, the form a user hands to ``edgesmith deploy`` with ``--input-shape`` and no
+data, and deployed on host-cpu: traced, exported (the legacy exporter, or dynamo when it fails), int4-quantized and
+timed. The table gives, per model: parameters, which exporter took it and its error against torch, the fp32 and int4
+file sizes, how many weight layers int4 quantized, int4's output SQNR against fp32 on the 32 synthetic inputs
+(fidelity, not a task score), and p50 latency at batch 1 (measured in this process by the deploy) with the
+host-cpu cost model's energy estimate. A model the toolkit cannot take is a row with its error, not a crash.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from edgesmith.bench.benchmarks.claim_io import refuse_existing, write_claim
+from edgesmith.common import EdgesmithError
+
+HEADER = '''import torch
+import transformers as T
+
+
+class Out(torch.nn.Module):  # the tensor a user would deploy: logits, or an encoder's last hidden state
+    def __init__(self, m, key="logits"):
+        super().__init__()
+        self.m, self.key = m, key
+
+    def forward(self, *args):
+        return getattr(self.m(*args), self.key)
+
+
+def make():
+    torch.manual_seed(0)
+'''
+
+TEXT = {"input_ids": "16:int64", "attention_mask": "16:int64"}
+IDS = {"": "16:int64"}
+IMAGE = {"": "3,32,32"}
+
+# name -> (what the factory returns, its input shapes); configs are the architectures' own, sized down
+ARCHITECTURES = {
+    "bert": ("Out(T.BertForSequenceClassification(T.BertConfig(vocab_size=500, hidden_size=64, num_hidden_layers=2, "
+             "num_attention_heads=4, intermediate_size=128, max_position_embeddings=64, num_labels=3)))", TEXT),
+    "distilbert": ("Out(T.DistilBertForSequenceClassification(T.DistilBertConfig(vocab_size=500, dim=64, n_layers=2, "
+                   "n_heads=4, hidden_dim=128, max_position_embeddings=64, num_labels=3)))", TEXT),
+    "albert": ("Out(T.AlbertForSequenceClassification(T.AlbertConfig(vocab_size=500, embedding_size=32, hidden_size=64, "
+               "num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, max_position_embeddings=64, "
+               "num_labels=2)))", TEXT),
+    "t5-encoder": ("Out(T.T5EncoderModel(T.T5Config(vocab_size=500, d_model=64, d_kv=16, d_ff=128, num_layers=2, "
+                   "num_heads=4)), 'last_hidden_state')", TEXT),
+    "gpt2": ("Out(T.GPT2LMHeadModel(T.GPT2Config(vocab_size=500, n_positions=64, n_embd=64, n_layer=2, n_head=4, "
+             "bos_token_id=0, eos_token_id=0)))", IDS),
+    "llama": ("Out(T.LlamaForCausalLM(T.LlamaConfig(vocab_size=500, hidden_size=64, intermediate_size=128, "
+              "num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, "
+              "use_cache=False)))", IDS),
+    "qwen2": ("Out(T.Qwen2ForCausalLM(T.Qwen2Config(vocab_size=500, hidden_size=64, intermediate_size=128, "
+              "num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, "
+              "use_cache=False)))", IDS),
+    "mistral": ("Out(T.MistralForCausalLM(T.MistralConfig(vocab_size=500, hidden_size=64, intermediate_size=128, "
+                "num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, "
+                "sliding_window=8, use_cache=False)))", IDS),
+    "opt": ("Out(T.OPTForCausalLM(T.OPTConfig(vocab_size=500, hidden_size=64, ffn_dim=128, num_hidden_layers=2, "
+            "num_attention_heads=4, max_position_embeddings=64, word_embed_proj_dim=64, use_cache=False, pad_token_id=1, "
+            "bos_token_id=2, eos_token_id=2)))", IDS),
+    "bloom": ("Out(T.BloomForCausalLM(T.BloomConfig(vocab_size=500, hidden_size=64, n_layer=2, n_head=4, "
+              "use_cache=False)))", IDS),
+    "gpt-neox": ("Out(T.GPTNeoXForCausalLM(T.GPTNeoXConfig(vocab_size=500, hidden_size=64, intermediate_size=128, "
+                 "num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64, use_cache=False)))", IDS),
+    "phi": ("Out(T.PhiForCausalLM(T.PhiConfig(vocab_size=500, hidden_size=64, intermediate_size=128, "
+            "num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64, use_cache=False)))", IDS),
+    "deit": ("Out(T.DeiTForImageClassification(T.DeiTConfig(image_size=32, patch_size=8, hidden_size=64, "
+             "num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, num_labels=5)))", IMAGE),
+    "swin": ("Out(T.SwinForImageClassification(T.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], "
+             "num_heads=[2, 4], window_size=4, num_labels=5)))", IMAGE),
+    "convnext": ("Out(T.ConvNextForImageClassification(T.ConvNextConfig(hidden_sizes=[16, 32, 48, 64], "
+                 "depths=[1, 1, 1, 1], num_labels=5)))", IMAGE),
+    "whisper-encoder": ("Out(T.WhisperModel(T.WhisperConfig(vocab_size=500, num_mel_bins=16, d_model=64, "
+                        "encoder_layers=2, encoder_attention_heads=4, decoder_layers=1, decoder_attention_heads=4, "
+                        "encoder_ffn_dim=128, decoder_ffn_dim=128, max_source_positions=50, pad_token_id=0, "
+                        "bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)).get_encoder(), "
+                        "'last_hidden_state')", {"": "16,100"}),
+}
+
+
+def factory_text(expr: str) -> str:
+    return HEADER + f"    return {expr}.eval()\n"
+
+
+def shapes_and_types(given: dict) -> tuple[dict, dict]:
+    shapes, types = {}, {}
+    for name, text in given.items():
+        dims, _, dtype = text.partition(":")
+        shapes[name] = tuple(int(d) for d in dims.split(","))
+        if dtype:
+            types[name] = dtype
+    return shapes, types
+
+
+def run_one(name: str, folder: Path, reps: int, threads: int) -> dict:
+    import edgesmith
+
+    expr, given = ARCHITECTURES[name]
+    src = folder / "factories" / f"{name.replace('-', '_')}.py"
+    src.write_text(factory_text(expr))
+    shapes, types = shapes_and_types(given)
+    t0 = time.perf_counter()
+    try:
+        out = edgesmith.deploy(f"{src}:make", target="host-cpu", out=folder / "deploys" / name, tvm=False, reps=reps,
+                               warmup=10, threads=threads, batch_sizes=(1,), input_shapes=shapes, input_types=types,
+                               force=True)
+    except EdgesmithError as e:
+        return {"model": name, "error": e.problem, "deploy_wall_s": time.perf_counter() - t0}
+    r = json.loads((out / "report.json").read_text())
+    rows = {x["variant"]: x for x in r["results"]}
+    int4 = next(v for v in r["variants"] if v["name"] == "int4")["pass_reports"][-1]["layers"]
+    export = next(n for n in r["notes"] if n.startswith("exported from torch to ONNX here"))
+    shared = next((int(n.split()[0]) for n in r["notes"] if "Identity node(s) of a weight removed" in n), 0)
+    params = sum(x.get("n_params", 0) for x in int4)  # run-time MatMuls have no weight to count
+    return {"model": name, "inputs": given, "weight_params": params,
+            "export_error_vs_torch": float(export.rsplit(": ", 1)[1]),
+            "identities_removed": shared,
+            "fp32_bytes": rows["fp32"]["size_bytes"], "int4_bytes": rows["int4"]["size_bytes"],
+            "int4_layers": f"{sum(x['action'] == 'quantized' for x in int4)}/{len(int4)}",
+            "int4_sqnr_db": rows["int4"]["evaluation"]["value"],
+            "fp32_p50_s": rows["fp32"]["latency"]["1"]["p50"], "int4_p50_s": rows["int4"]["latency"]["1"]["p50"],
+            "latency_provenance": rows["fp32"]["latency"]["1"]["provenance"],
+            "fp32_energy_j": rows["fp32"]["energy"]["energy_j_per_sample"],
+            "int4_energy_j": rows["int4"]["energy"]["energy_j_per_sample"],
+            "energy_provenance": f"{rows['fp32']['energy']['provenance']} ({rows['fp32']['energy'].get('cost_model')})",
+            "cpu": r["target"]["detected_cpu"].get("model_name"),
+            "deploy_wall_s": time.perf_counter() - t0}
+
+
+def run(folder: Path, names: list[str], reps: int, threads: int) -> dict:
+    from tqdm import tqdm
+
+    (folder / "factories").mkdir(parents=True, exist_ok=True)
+    rows = []
+    bar = tqdm(names, desc="architectures", unit="model")
+    for name in bar:
+        bar.set_postfix_str(name)
+        rows.append(run_one(name, folder, reps, threads))
+    return {"rows": rows, "reps": reps, "threads": threads}
+
+
+def markdown(res: dict) -> str:
+    lines = [f"Host: {next((r['cpu'] for r in res['rows'] if 'cpu' in r), '?')}, {res['threads']} threads, {res['reps']} "
+             "timed calls per figure. Latency measured (p50, batch 1); energy estimated by the host-cpu cost model. "
+             "SQNR: int4 against fp32 on 32 synthetic inputs (fidelity, not a task score).", "",
+             "| model | inputs | MatMul/Gemm weights | export error vs torch | fp32 -> int4 size | int4 layers | int4 SQNR (dB) | "
+             "p50 fp32 / int4 (measured) | energy fp32 / int4 (estimated) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['model']} | | | refused: {r['error']} | | | | | |")
+            continue
+        inputs = ", ".join(f"{k or 'input'} {v}" for k, v in r["inputs"].items())
+        lines.append(f"| {r['model']} | {inputs} | {r['weight_params']:,} | {r['export_error_vs_torch']:.2g} | "
+                     f"{r['fp32_bytes'] / 1024:.0f} -> {r['int4_bytes'] / 1024:.0f} KiB | {r['int4_layers']} | "
+                     f"{r['int4_sqnr_db']:.1f} | {r['fp32_p50_s'] * 1e6:.0f} / {r['int4_p50_s'] * 1e6:.0f} us | "
+                     f"{r['fp32_energy_j'] * 1e3:.2f} / {r['int4_energy_j'] * 1e3:.2f} mJ |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(res: dict, folder: Path) -> list[str]:
+    """int4 output SQNR and size ratio per architecture."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in res["rows"] if "error" not in r]
+    if not ok:
+        return []
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    names = [r["model"] for r in ok]
+    axes[0].bar(names, [r["int4_sqnr_db"] for r in ok])
+    axes[0].set_ylabel("int4 output SQNR vs fp32 (dB)")
+    axes[1].bar(names, [r["int4_bytes"] / r["fp32_bytes"] for r in ok])
+    axes[1].set_ylabel("int4 file size / fp32")
+    for ax in axes:
+        ax.tick_params(axis="x", rotation=60)
+    fig.tight_layout()
+    fig.savefig(folder / "shapes.png", dpi=110)
+    plt.close(fig)
+    return ["shapes.png"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m edgesmith.bench.benchmarks.shapes_architectures",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("runs/shapes"))
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--only", nargs="+", choices=sorted(ARCHITECTURES), help="these architectures only")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=100)
+    a = ap.parse_args(argv)
+    refuse_existing(a.out, a.force)
+    t0 = time.perf_counter()
+    res = run(a.out.with_name(a.out.name + ".work"), a.only or list(ARCHITECTURES), a.reps, a.threads)
+    res["wall_seconds"] = time.perf_counter() - t0
+    res["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    res["command"] = "python -m edgesmith.bench.benchmarks.shapes_architectures " + " ".join(argv or [])
+    print(write_claim(a.out, a.force, res, markdown, lambda folder: plot(res, folder)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,24 @@
+"""The shapes-only architectures benchmark: a public architecture written as a factory, deployed from its shapes,
+tabulated; a model the toolkit refuses is a row with its reason."""
+from __future__ import annotations
+
+from edgesmith.bench.benchmarks import shapes_architectures as sa
+
+
+def test_one_architecture_runs_from_its_factory_text_and_shapes_into_a_table_row(tmp_path):
+    (tmp_path / "factories").mkdir()
+    row = sa.run_one("distilbert", tmp_path, reps=5, threads=1)
+    assert "error" not in row, row
+    assert row["export_error_vs_torch"] < 1e-4 and row["int4_bytes"] < 0.6 * row["fp32_bytes"]
+    done, total = map(int, row["int4_layers"].split("/"))
+    assert 0 < done < total  # attention's two run-time MatMuls per layer stay fp32
+    assert row["int4_sqnr_db"] > 10 and row["latency_provenance"] == "measured"
+    assert row["energy_provenance"].startswith("estimated")
+    md = sa.markdown({"rows": [row, {"model": "x", "error": "no good"}], "threads": 1, "reps": 5})
+    assert "| distilbert | input_ids 16:int64, attention_mask 16:int64 |" in md and "| x | | | refused: no good |" in md
+
+
+def test_every_factory_text_is_python_that_names_make():
+    for name, (expr, given) in sa.ARCHITECTURES.items():
+        compile(sa.factory_text(expr), name, "exec")
+        assert all(v.replace(",", "").replace(":int64", "").isdigit() for v in given.values())
