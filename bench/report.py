@@ -146,8 +146,9 @@ def render_markdown(report: dict) -> str:
                 for layer in p["layers"]:
                     err = ", ".join(f"{k}={v:.2f}" if isinstance(v, (int, float)) else f"{k}={v}"
                                     for k, v in layer.get("error", {}).items())
+                    where = f" (in {layer['graph']})" if layer.get("graph") else ""
                     lines.append(
-                        f"  | {layer['name']} | {layer['action']} | "
+                        f"  | {layer['name']}{where} | {layer['action']} | "
                         f"{'-' if layer.get('bits_per_weight') is None else format(layer['bits_per_weight'], '.2f')} | "
                         f"{layer.get('n_params', '-')} | {err or layer.get('reason', '-')} |"
                     )

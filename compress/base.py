@@ -150,6 +150,7 @@ class LayerReport:
     n_params: int | None = None
     error: dict = field(default_factory=dict)  # e.g. {"weight_sqnr_db": 38.1, "output_sqnr_db": 31.0}
     reason: str = ""
+    graph: str = ""  # the subgraph the layer sits in ("If 'cond' then_branch"); empty for the main graph
 
     def to_dict(self) -> dict:
         return {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, "", {})}

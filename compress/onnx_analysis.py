@@ -59,6 +59,7 @@ class WeightLayer:
     weight_name: str | None
     weight: np.ndarray | None
     reason: str = ""
+    subgraph: str = ""  # where the node sits when not in the main graph: "If 'cond' then_branch"
 
     @property
     def n_params(self) -> int | None:
@@ -187,26 +188,43 @@ def fused_kernels(path) -> dict:
             "integer": int(sum(integer.values())), "float": int(sum(floats.values()))}
 
 
-def find_weight_layers(model: onnx.ModelProto, op_types: Iterable[str] = WEIGHT_OPS) -> list[WeightLayer]:
-    """Every MatMul/Gemm/Conv node in graph order, with its constant weight (input 1) if present."""
-    inits = initializers(model)
+def graphs_with_scope(model: onnx.ModelProto) -> Iterator[tuple[onnx.GraphProto, str, dict]]:
+    """The main graph and every subgraph (If branches, Loop and Scan bodies, nested), each with where it sits ("" for
+    the main graph) and the initializers it can read: its own and those of the graphs around it."""
+    def walk(graph, where: str, outer: dict):
+        scope = {**outer, **{t.name: t for t in graph.initializer}}
+        yield graph, where, scope
+        for node in graph.node:
+            for a in node.attribute:
+                for k, g in enumerate(([a.g] if a.HasField("g") else []) + list(a.graphs)):
+                    label = f"{node.op_type} {node.name!r} {a.name}" + (f"[{k}]" if len(a.graphs) > 1 else "")
+                    yield from walk(g, f"{where} > {label}" if where else label, scope)
+
+    yield from walk(model.graph, "", {})
+
+
+def find_weight_layers(model: onnx.ModelProto, op_types: Iterable[str] = WEIGHT_OPS, *,
+                       subgraphs: bool = False) -> list[WeightLayer]:
+    """Every MatMul/Gemm/Conv node in graph order, with its constant weight (input 1) if present; with ``subgraphs``,
+    those inside If/Loop/Scan bodies too (after the main graph's, each marked with where it sits)."""
     layers = []
-    for node in model.graph.node:
-        if node.op_type not in op_types or len(node.input) < 2:
-            continue
-        wname = node.input[1]
-        if wname in inits:
-            layers.append(WeightLayer(node.name, node.op_type, node.output[0], wname,
-                                      numpy_helper.to_array(inits[wname])))
-        else:
-            layers.append(WeightLayer(node.name, node.op_type, node.output[0], None, None,
-                                      reason="its weight is computed at run time, not a constant initializer"))
+    for graph, where, inits in graphs_with_scope(model) if subgraphs else [(model.graph, "", initializers(model))]:
+        for node in graph.node:
+            if node.op_type not in op_types or len(node.input) < 2:
+                continue
+            wname = node.input[1]
+            if wname in inits:
+                layers.append(WeightLayer(node.name, node.op_type, node.output[0], wname,
+                                          numpy_helper.to_array(inits[wname]), subgraph=where))
+            else:
+                layers.append(WeightLayer(node.name, node.op_type, node.output[0], None, None, subgraph=where,
+                                          reason="its weight is computed at run time, not a constant initializer"))
     return layers
 
 
 def check_node_names(model: onnx.ModelProto, names: Iterable[str], field_name: str) -> None:
     """Reject node names (``exclude`` lists) that the model does not contain."""
-    known = {n.name for n in model.graph.node}
+    known = {n.name for graph, _, _ in graphs_with_scope(model) for n in graph.node}
     unknown = sorted(set(names) - known)
     if unknown:
         candidates = [layer.node_name for layer in find_weight_layers(model)]

@@ -31,6 +31,7 @@ from edgesmith.compress.onnx_analysis import (
     bits_per_weight,
     check_node_names,
     find_weight_layers,
+    graphs_with_scope,
     initializers,
     load_model,
     node_attr,
@@ -102,15 +103,16 @@ def _gemm_rewritable(node: onnx.NodeProto, inits: dict) -> bool:
 
 
 def int4_layer_counts(model: onnx.ModelProto) -> dict[str, int]:
-    """What MatMulNBits can quantize: {"matmul": MatMuls with a constant 2-D weight, "gemm": Gemms that
-    ``gemms_as_matmul`` rewrites}. Reads initializer dims only, so external weight data need not be loaded."""
-    inits = initializers(model)
+    """What MatMulNBits can quantize: {"matmul": MatMuls with a constant 2-D weight, in the main graph or an If/Loop/Scan
+    body (onnxruntime's quantizer walks those too), "gemm": main-graph Gemms that ``gemms_as_matmul`` rewrites}. Reads
+    initializer dims only, so external weight data need not be loaded."""
     counts = {"matmul": 0, "gemm": 0}
-    for n in model.graph.node:
-        if n.op_type == "MatMul" and len(n.input) == 2 and n.input[1] in inits and len(inits[n.input[1]].dims) == 2:
-            counts["matmul"] += 1
-        elif _gemm_rewritable(n, inits):
-            counts["gemm"] += 1
+    for graph, where, inits in graphs_with_scope(model):
+        for n in graph.node:
+            if n.op_type == "MatMul" and len(n.input) == 2 and n.input[1] in inits and len(inits[n.input[1]].dims) == 2:
+                counts["matmul"] += 1
+            elif not where and _gemm_rewritable(n, inits):
+                counts["gemm"] += 1
     return counts
 
 
@@ -178,7 +180,7 @@ def quantize_int4(model: onnx.ModelProto, config: Int4WeightOnlyConfig,
     m.CopyFrom(model)
     exclude = set(config.exclude)
     if only is not None:
-        exclude |= {n.name for n in m.graph.node if n.name not in only}
+        exclude |= {n.name for graph, _, _ in graphs_with_scope(m) for n in graph.node if n.name not in only}
     try:
         with quiet_onnxruntime():
             q = MatMulNBitsQuantizer(m, block_size=config.block_size, is_symmetric=config.symmetric,
@@ -223,6 +225,8 @@ def dequantize_matmulnbits(node: onnx.NodeProto, inits: dict[str, onnx.TensorPro
 
 
 def _skip_reason(layer: WeightLayer, exclude: tuple[str, ...], gemm_as_matmul: bool = True) -> str:
+    if layer.op_type == "Gemm" and gemm_as_matmul and layer.subgraph:
+        return "gemm_as_matmul rewrites the main graph's Gemms, and this one sits in a subgraph"
     if layer.op_type == "Gemm" and gemm_as_matmul:
         return ("this Gemm could not be rewritten as MatMul (a transposed input A, a weight computed at run time or "
                 "not 2-D, or a bias computed at run time with beta != 1)")
@@ -241,22 +245,26 @@ def _skip_reason(layer: WeightLayer, exclude: tuple[str, ...], gemm_as_matmul: b
 
 def int4_layer_reports(fp32: onnx.ModelProto, qmodel: onnx.ModelProto, calib: np.ndarray | None,
                        exclude: tuple[str, ...], gemm_as_matmul: bool = True) -> list[LayerReport]:
-    """One LayerReport per weight layer: action, bits per weight, weight and output SQNR."""
-    layers = find_weight_layers(fp32)
+    """One LayerReport per weight layer, subgraph ones included: action, bits per weight, weight SQNR, and output SQNR
+    for the main graph's layers (a subgraph's tensors cannot be read out of onnxruntime)."""
+    layers = find_weight_layers(fp32, subgraphs=True)
     out_db = output_sqnr(fp32, qmodel, [layer.output for layer in layers], calib) if calib is not None else {}
-    inits = initializers(qmodel)
-    nbits = {n.output[0]: n for n in qmodel.graph.node if n.op_type == "MatMulNBits"}
+    inits, nbits = {}, {}
+    for graph, _, scope in graphs_with_scope(qmodel):
+        inits.update(scope)
+        nbits.update({n.output[0]: n for n in graph.node if n.op_type == "MatMulNBits"})
     reports = []
     for layer in layers:
-        error = {"output_sqnr_db": report_db(out_db.get(layer.output))} if calib is not None else {}
+        error = {"output_sqnr_db": report_db(out_db.get(layer.output))} if calib is not None and not layer.subgraph else {}
         node = nbits.get(layer.output) if layer.op_type == "MatMul" else None
         if node is not None and layer.weight is not None:
             w, bits = dequantize_matmulnbits(node, inits)
             error["weight_sqnr_db"] = report_db(sqnr_db(layer.weight, w))
-            reports.append(LayerReport(layer.node_name, "quantized", bits / layer.n_params, layer.n_params, error))
+            reports.append(LayerReport(layer.node_name, "quantized", bits / layer.n_params, layer.n_params, error,
+                                       graph=layer.subgraph))
         else:
             bpw = None if layer.weight is None else 8.0 * layer.weight.itemsize
-            reports.append(LayerReport(layer.node_name, "skipped", bpw, layer.n_params, error,
+            reports.append(LayerReport(layer.node_name, "skipped", bpw, layer.n_params, error, graph=layer.subgraph,
                                        reason=_skip_reason(layer, exclude, gemm_as_matmul)))
     return reports
 

@@ -166,3 +166,54 @@ def test_a_model_of_gemm_layers_is_quantized_and_without_the_rewrite_is_refused(
     with pytest.raises(EdgesmithError, match="quantized 0 of 4 weight layers"):
         apply_pass(art, Int4WeightOnlyConfig(block_size=16, gemm_as_matmul=False),
                    PassContext(workdir=tmp_path / "off", progress=False))
+
+
+def _if_model():
+    """A main-graph MatMul, then an If whose branches each hold a MatMul: one reads a weight of the main graph, the
+    other its own branch's, as torch.onnx writes a Linear under data-dependent control flow; and a Gemm in a branch."""
+    rng = np.random.default_rng(0)
+    w0, w_outer, w_own, w_gemm = (onnx.numpy_helper.from_array(rng.normal(size=(32 if n == "w0" else 64, 64))
+                                                               .astype(np.float32), n)
+                                  for n in ("w0", "w_outer", "w_own", "w_gemm"))
+    then = helper.make_graph([helper.make_node("MatMul", ["h", w_outer.name], ["t"], name="then_fc")], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, ["b", 64])])
+    other = helper.make_graph([helper.make_node("MatMul", ["h", w_own.name], ["e0"], name="else_fc"),
+                               helper.make_node("Gemm", ["e0", w_gemm.name], ["e"], name="else_gemm")], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, ["b", 64])], [w_own, w_gemm])
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", w0.name], ["h"], name="fc0"),
+                               helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="branch")],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 32]),
+                                    helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 64])], [w0, w_outer])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_matmuls_inside_if_branches_are_quantized_counted_and_reported_where_they_sit(tmp_path):
+    from edgesmith.compress import Artifact
+    from edgesmith.compress.quant_int4 import int4_layer_counts
+
+    model = _if_model()
+    onnx.checker.check_model(model)
+    assert int4_layer_counts(model) == {"matmul": 3, "gemm": 0}  # the branch Gemm is not rewritten
+    onnx.save(model, str(tmp_path / "if.onnx"))
+    x = np.random.default_rng(1).normal(size=(64, 32)).astype(np.float32)
+    res = apply_pass(Artifact("onnx", path=tmp_path / "if.onnx"), Int4WeightOnlyConfig(),
+                     PassContext(workdir=tmp_path / "w", progress=False))
+    layers = {layer.name: layer for layer in res.report.layers}
+    assert [layers[n].action for n in ("fc0", "then_fc", "else_fc", "else_gemm")] == ["quantized"] * 3 + ["skipped"]
+    assert (layers["fc0"].graph, layers["then_fc"].graph) == ("", "If 'branch' then_branch")
+    assert "sits in a subgraph" in layers["else_gemm"].reason
+    assert all(layers[n].error["weight_sqnr_db"] > 15 for n in ("fc0", "then_fc", "else_fc"))
+    # both branches still compute what fp32 does, to 4-bit accuracy
+    q = ort.InferenceSession(str(res.artifact.path), providers=["CPUExecutionProvider"])
+    f = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for c in (True, False):
+        feed = {"x": x, "c": np.array(c)}
+        want, got = f.run(None, feed)[0], q.run(None, feed)[0]
+        assert 10 * np.log10((want ** 2).sum() / ((want - got) ** 2).sum()) > 15
+    # one layer alone (the sensitivity table's unit) leaves the other branch's MatMul in fp32
+    from edgesmith.compress.quant_int4 import quantize_int4
+
+    only = quantize_int4(model, Int4WeightOnlyConfig(), only=["then_fc"])
+    ops = [n.op_type for a in only.graph.node[1].attribute for n in a.g.node]
+    assert sorted(ops) == ["Gemm", "MatMul", "MatMulNBits"]
