@@ -115,7 +115,7 @@ def export_to_onnx(module, label: str, key: bytes, request: UserRequest, program
     example = sample_inputs(specs, request, n=_program_batch(program) or 2, seed=request.seed)
     names = [s.name for s in specs]
     args = tuple(torch.from_numpy(np.ascontiguousarray(example[n])) for n in names)
-    out = work_path(key + repr(specs).encode() + b"onnx-export-v1", ".onnx")
+    out = work_path(key + repr(specs).encode() + b"onnx-export-v2", ".onnx")
     notes = []
     if program is None and not isinstance(module, torch.jit.ScriptModule):  # a scripted one is exported as it is
         module = _Outputs.wrap(module.eval())
@@ -237,7 +237,9 @@ def _export(model, args, path, names, out_names, dynamo: bool) -> None:
 
     import torch
 
-    logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # not "torchvision is not installed" at every export
+    # not "torchvision is not installed" at every export, nor the dynamo exporter's optimizer passes line by line
+    for name in ("torch.onnx", "onnxscript", "onnx_ir"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     if dynamo:
         batch = torch.export.Dim("batch", min=1)
         shapes = None
@@ -247,11 +249,26 @@ def _export(model, args, path, names, out_names, dynamo: bool) -> None:
                 shapes = (shapes,)
         torch.onnx.export(model, args, str(path), input_names=names, output_names=out_names, dynamo=True,
                           dynamic_shapes=shapes, opset_version=18, verbose=False, external_data=False)
+        _drop_node_metadata(path)
     else:
         dyn = {n: {0: "batch"} for n in (*names, *out_names)}
         with quiet_native_stdout():  # a failed export's graph dump; its error is reported, and dynamo tried next
             torch.onnx.export(model, args, str(path), input_names=names, output_names=out_names, dynamic_axes=dyn,
                               opset_version=17, dynamo=False)
+
+
+def _drop_node_metadata(path) -> None:
+    """Remove the per-node metadata the dynamo exporter writes (each node's torch stack trace, module path and FX
+    node): debugging aid for torch, 40% of a small transformer's file, and nothing a runtime reads."""
+    import onnx
+
+    from edgesmith.compress.onnx_analysis import graphs_with_scope
+
+    model = onnx.load(str(path))
+    for graph, _, _ in graphs_with_scope(model):
+        for node in graph.node:
+            del node.metadata_props[:]
+    onnx.save(model, str(path))
 
 
 FACTORY_SPEC = re.compile(r"(.+\.py)(:[A-Za-z_]\w*)")
