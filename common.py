@@ -172,22 +172,28 @@ def _environment_error(e: OSError, final: Path) -> EdgesmithError | None:
 
 
 @contextlib.contextmanager
-def quiet_native_stdout() -> Iterator[None]:
-    """Send what native code writes to file descriptor 1 while the block runs to /dev/null: C++ logging that
-    ``contextlib.redirect_stdout`` cannot reach (torch's legacy ONNX exporter dumps its whole graph there when an
-    operator fails, because torch 2.13's ``setup_onnx_logging`` tests a function object instead of calling it)."""
+def quiet_native_output(fds: tuple[int, ...] = (1,)) -> Iterator[None]:
+    """Send what is written to file descriptors ``fds`` (1: stdout, 2: stderr) while the block runs to /dev/null:
+    C++ logging that ``contextlib.redirect_stdout`` cannot reach, and Python prints too (flushed before the
+    descriptors come back). torch's legacy ONNX exporter dumps its whole graph to stdout when an operator fails (torch
+    2.13's ``setup_onnx_logging`` tests a function object instead of calling it); TVM's ONNX importer prints the
+    operator it could not convert and logs a C++ warning to stderr; both failures are reported as errors anyway."""
     import sys
 
-    sys.stdout.flush()
-    saved = os.dup(1)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    saved = [os.dup(fd) for fd in fds]
     try:
         with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 1)
+            for fd in fds:
+                os.dup2(null.fileno(), fd)
             yield
     finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        for fd, copy in zip(fds, saved):
+            os.dup2(copy, fd)
+            os.close(copy)
 
 
 @contextlib.contextmanager

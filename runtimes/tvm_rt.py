@@ -63,7 +63,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from edgesmith.compress.base import Artifact
-from edgesmith.common import EdgesmithError, atomic_path, cache_dir, write_json
+from edgesmith.common import EdgesmithError, atomic_path, cache_dir, quiet_native_output, write_json
 from edgesmith.runtimes.base import Runtime, register_runtime
 
 _CACHE_VERSION = 1  # bump when what goes into a cached library changes
@@ -321,12 +321,16 @@ def build_module(model, input_name: str, shape: tuple[int, ...], target, tune_tr
     from tvm.relax.frontend.onnx import from_onnx
     from tvm.s_tir import dlight
 
-    try:
-        mod = from_onnx(model, shape_dict={input_name: list(shape)}, keep_params_in_input=False)
-    except tvm.error.OpNotImplemented as e:
-        raise _unsupported_error(what, _ops_from_message(str(e))) from None
-    except Exception as e:  # converters raise anything from KeyError to TVMError on what they cannot map
-        raise EdgesmithError(f"TVM's ONNX importer failed on {what}: {_first_line(e)}", _USE_ONNXRUNTIME) from None
+    failure = None
+    with quiet_native_output((1, 2)):  # a failed conversion prints the operator and warns from C++ as it unwinds
+        try:
+            mod = from_onnx(model, shape_dict={input_name: list(shape)}, keep_params_in_input=False)
+        except tvm.error.OpNotImplemented as e:
+            failure = _unsupported_error(what, _ops_from_message(str(e)))
+        except Exception as e:  # converters raise anything from KeyError to TVMError on what they cannot map
+            failure = EdgesmithError(f"TVM's ONNX importer failed on {what}: {_first_line(e)}", _USE_ONNXRUNTIME)
+    if failure is not None:  # raised here, once the importer's frames (and their C++ objects) are gone
+        raise failure
     try:
         with target:
             mod = tvm.transform.Sequential([

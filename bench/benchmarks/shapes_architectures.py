@@ -7,7 +7,7 @@ models with RoPE, ALiBi, sliding windows and grouped-query attention, vision tra
 encoder), each built small from its public config with seeded random weights (nothing is downloaded). Each is
 written as a ``file.py:make`` factory, the form a user hands to ``edgesmith deploy`` with ``--input-shape`` and no
 data, and deployed on host-cpu: traced, exported (the legacy exporter, or dynamo when it fails), int4-quantized and
-timed. The table gives, per model: parameters, which exporter took it and its error against torch, the fp32 and int4
+timed. The table gives, per model: MatMul/Gemm weights, the exported file's largest error against torch, fp32 and int4
 file sizes, how many weight layers int4 quantized, int4's output SQNR against fp32 on the 32 synthetic inputs
 (fidelity, not a task score), and p50 latency at batch 1 (measured in this process by the deploy) with the
 host-cpu cost model's energy estimate. A model the toolkit cannot take is a row with its error, not a crash.

@@ -22,7 +22,7 @@ import numpy as np
 
 from edgesmith.bench.sources.base import (ModelSource, UserRequest, file_digest, register_source, sample_inputs,
                                           work_path)
-from edgesmith.common import EdgesmithError, atomic_path, quiet_native_stdout
+from edgesmith.common import EdgesmithError, atomic_path, quiet_native_output
 
 OP_PATTERNS = (r"operator '?([\w:.]+)'? to ONNX", r"Unsupported: ONNX export of operator ([\w:.]+)",
                r"'(aten::\w+(?:\.\w+)?)'", r"(aten::\w+(?:\.\w+)?)", r"(aten\.\w+(?:\.\w+)?)")
@@ -252,7 +252,7 @@ def _export(model, args, path, names, out_names, dynamo: bool) -> None:
         _drop_node_metadata(path)
     else:
         dyn = {n: {0: "batch"} for n in (*names, *out_names)}
-        with quiet_native_stdout():  # a failed export's graph dump; its error is reported, and dynamo tried next
+        with quiet_native_output():  # a failed export's graph dump; its error is reported, and dynamo tried next
             torch.onnx.export(model, args, str(path), input_names=names, output_names=out_names, dynamic_axes=dyn,
                               opset_version=17, dynamo=False)
 
