@@ -306,8 +306,14 @@ def deploy(opts: DeployOptions) -> Path:
                 except Exception as e:
                     # the variant's first runtime must work; an optional second backend (TVM) that cannot
                     # compile this model is recorded as a failed run instead of losing every other figure
-                    if rt_name == variant.runtimes[0]:
+                    if rt_name == variant.runtimes[0] and isinstance(e, EdgesmithError):
                         raise
+                    if rt_name == variant.runtimes[0]:  # the runtime's own error on a file edgesmith built
+                        raise EdgesmithError(
+                            f"variant {variant.name} of {opts.model} fails in {label}: {type(e).__name__}: "
+                            f"{_first_line(e)[:300]}",
+                            "keep the failing node(s) in fp32 with --option 'exclude=[\"NODE\"]' (the node the "
+                            f"message names), or leave the variant out with --variant for the others.") from None
                     failed.append({"variant": variant.name, "runtime": rt_name, "runtime_label": label,
                                    "error": f"{type(e).__name__}: {_first_line(e)}"})
                     say(f"[edgesmith] {variant.name} on {label} failed: {failed[-1]['error']}")

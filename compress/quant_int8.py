@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -30,6 +31,7 @@ from onnx import numpy_helper
 from edgesmith.compress.base import (Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult,
                                     first_samples, n_samples, register_pass)
 from edgesmith.compress.onnx_analysis import (
+    WEIGHT_OPS,
     WeightLayer,
     batched_feeds,
     bits_per_weight,
@@ -141,8 +143,70 @@ class _Reader:
         return len(self._feeds)
 
 
+_INTEGER = {onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,
+            onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64,
+            onnx.TensorProto.BOOL}
+
+
+def index_arithmetic_nodes(model: onnx.ModelProto) -> list[str]:
+    """Nodes of float arithmetic whose result is cast to an integer and that read no activation: index computations
+    such as T5's relative-position buckets (positions -> float -> log -> scale -> int64 -> Gather). Quantizing them
+    shifts the integers they produce (T5's bucket Gather then reads index -9.2e18). Found by walking back from each
+    Cast to an integer type through float tensors, stopping at integer tensors and constants; a walk that reaches a
+    float graph input or a weight layer's output is activation arithmetic and is left to the quantizer."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type.tensor_type.elem_type for v in (*inferred.graph.value_info, *inferred.graph.input,
+                                                             *inferred.graph.output)}
+    types.update({t.name: t.data_type for t in model.graph.initializer})
+    producer = {o: n for n in model.graph.node for o in n.output}
+    inputs = {i.name for i in model.graph.input}
+    out: dict[str, None] = {}
+    for cast in model.graph.node:
+        to = next((a.i for a in cast.attribute if a.name == "to"), None)
+        if cast.op_type != "Cast" or to not in _INTEGER or types.get(cast.input[0]) in _INTEGER | {None}:
+            continue
+        found, stack, seen, activation = [], [cast.input[0]], set(), False
+        while stack and not activation:
+            name = stack.pop()
+            if name in seen or types.get(name) in _INTEGER:
+                continue
+            seen.add(name)
+            node = producer.get(name)
+            if node is None:  # a constant, or a graph input: float inputs are activations
+                activation = name in inputs
+                continue
+            if node.op_type in WEIGHT_OPS:
+                activation = True
+                continue
+            found.append(node.name)
+            stack.extend(i for i in node.input if i)
+        if not activation:
+            out.update(dict.fromkeys(n for n in found if n))
+    return list(out)
+
+
+MASK_RANGE = 1e30  # a calibrated |range| beyond this is a sentinel (torch.finfo.min masks, -inf), not an activation
+
+
+def mask_nodes(model: onnx.ModelProto, cache: Path, already: set) -> list[str]:
+    """Nodes that read or write a tensor whose calibrated range (onnxruntime's calibration cache) is not finite or
+    reaches beyond ``MASK_RANGE``, except those in ``already``."""
+    import json
+
+    data = json.loads(Path(cache).read_text()).get("data", {}) if Path(cache).is_file() else {}
+    huge = set()
+    for name, r in data.items():
+        ends = [(r.get(key) or {}).get("data", []) if isinstance(r.get(key), dict) else r.get(key, [])
+                for key in ("lowest", "highest")] if isinstance(r, dict) else []
+        values = np.concatenate([np.ravel(np.asarray(e, dtype=np.float64)) for e in ends]) if ends else np.zeros(0)
+        if values.size and (not np.isfinite(values).all() or np.abs(values).max() >= MASK_RANGE):
+            huge.add(name)
+    return [n.name for n in model.graph.node if n.name and n.name not in already
+            and huge & {*n.input, *n.output}]
+
+
 def _quantize(prepared: Path, out: Path, calib: np.ndarray, config: Int8QdqConfig, cache: Path,
-              *, nodes_to_quantize: list[str] | None = None) -> None:
+              *, nodes_to_quantize: list[str] | None = None, keep: tuple[str, ...] = ()) -> None:
     """One quantize_static call; the calibration ranges are computed once and cached in ``cache``."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
@@ -157,12 +221,13 @@ def _quantize(prepared: Path, out: Path, calib: np.ndarray, config: Int8QdqConfi
         "CalibPercentile": float(config.percentile),
     }
     try:
-        with quiet_onnxruntime():
+        with quiet_onnxruntime(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # numpy on a sentinel range; mask_nodes handles those
             quantize_static(
                 str(prepared), str(out), reader, quant_format=QuantFormat.QDQ, per_channel=True,
                 reduce_range=reduce_range(config), weight_type=QuantType.QInt8,
                 activation_type=QuantType.QUInt8 if config.activations == "uint8" else QuantType.QInt8,
-                nodes_to_quantize=nodes_to_quantize, nodes_to_exclude=list(config.exclude),
+                nodes_to_quantize=nodes_to_quantize, nodes_to_exclude=[*config.exclude, *keep],
                 calibrate_method=method, extra_options=extra, calibration_cache_path=str(cache),
             )
     except EdgesmithError:
@@ -273,6 +338,10 @@ def _int8_qdq(artifact: Artifact, config: Int8QdqConfig, ctx: PassContext) -> Pa
         "bits_per_weight counts, per quantized MatMul/Gemm/Conv weight, the int8 values plus one fp32 scale "
         "and one int8 zero point per output channel; biases and fp32 (skipped) layers are not counted.",
     ]
+    keep = tuple(n for n in index_arithmetic_nodes(fp32) if n not in config.exclude)
+    if keep:
+        notes.append(f"{len(keep)} node(s) of float arithmetic that computes integer indices kept in fp32 (e.g. T5's "
+                     "relative-position buckets, OPT's positions from the mask): quantized, they shift the indices")
     if reduce_range(config):
         notes.append("weights use 7 of their 8 bits (reduce_range" + (": this x86 CPU has no VNNI, and onnxruntime's u8s8 "
                      "kernels saturate 16-bit sums with full-range int8 weights)" if config.reduce_range is None else ")"))
@@ -281,12 +350,19 @@ def _int8_qdq(artifact: Artifact, config: Int8QdqConfig, ctx: PassContext) -> Pa
         prepared, cache = Path(tmp) / "prepared.onnx", Path(tmp) / "calibration.json"
         _prepare(artifact.path, prepared, report.notes)
         with atomic_path(out, force=True) as t:
-            _quantize(prepared, t, calib, config, cache)
+            _quantize(prepared, t, calib, config, cache, keep=keep)
+            masks = mask_nodes(fp32, cache, set(config.exclude) | set(keep))
+            if masks:  # again with them in fp32, on the ranges already calibrated (the cache)
+                keep += tuple(masks)
+                report.notes.append(f"{len(masks)} node(s) reading or writing a mask-like tensor (calibrated range "
+                                    f"beyond +-{MASK_RANGE:.0e}, e.g. attention scores plus -3.4e38 at masked "
+                                    "positions) kept in fp32: 8-bit codes over that range would erase the values")
+                _quantize(prepared, t, calib, config, cache, keep=keep)
         new = Artifact("onnx", path=out, meta=meta)
         report.layers = int8_layer_reports(fp32, load_model(out), calib, config.exclude)
         if sensitivity_requested(ctx, report):
             def quantize_only(layer: str, path: Path) -> Artifact:
-                _quantize(prepared, path, calib, config, cache, nodes_to_quantize=[layer])
+                _quantize(prepared, path, calib, config, cache, nodes_to_quantize=[layer], keep=keep)
                 return Artifact("onnx", path=path, meta=meta)
 
             todo = [layer.name for layer in report.layers if layer.action == "quantized"]

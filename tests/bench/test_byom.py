@@ -454,3 +454,22 @@ def test_metric_and_label_mistakes_are_user_errors(capsys, files, tmp_path):
                                tmp_path / "x.npy", "--labels", tmp_path / "y.npy", "--out", tmp_path / "r")
         assert_user_error(code, err, "a class id must be 0 to 4")
         assert not (tmp_path / "r").exists()
+
+
+def test_a_variant_that_its_runtime_cannot_run_is_one_user_error_naming_it(capsys, files, tmp_path, monkeypatch):
+    # onnxruntime's own error on a file edgesmith built (once T5's int8 bucket Gather) must not end in a traceback
+    from edgesmith.bench import deploy as deploy_module
+
+    real = deploy_module._VariantRun.row
+
+    def row(self, art, variant, *a, **kw):
+        if variant == "int4":
+            raise RuntimeError("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Gather indices out of bounds")
+        return real(self, art, variant, *a, **kw)
+
+    monkeypatch.setattr(deploy_module._VariantRun, "row", row)
+    code, _, err = run_cli(capsys, "deploy", files / "mlp.onnx", "--target", "host-cpu", "--no-tvm", "--input-shape",
+                           "20", "--out", tmp_path / "r", *FAST)
+    assert_user_error(code, err, "variant int4 of", "fails in onnxruntime: RuntimeError: [ONNXRuntimeError]",
+                      "--option 'exclude=")
+    assert not (tmp_path / "r").exists()

@@ -229,3 +229,65 @@ def test_reduce_range_is_automatic_on_x86_without_vnni_and_can_be_forced(tmp_pat
     assert config_from_json(Int8QdqConfig(reduce_range=True).to_json()).reduce_range is True
     with pytest.raises(EdgesmithError, match="reduce_range"):
         Int8QdqConfig(reduce_range="yes")
+
+
+def _bucket_and_mask_model():
+    """What decoder and T5 graphs do besides their Linears: int positions -> float -> Log -> Mul -> int64 bucket ids
+    that index a bias table (T5), and scores plus a constant mask of -3.4e38 before a Softmax (causal masks)."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    c = lambda a, n: numpy_helper.from_array(np.asarray(a), n)  # noqa: E731
+    mask = np.zeros((8, 8), np.float32)
+    mask[np.triu_indices(8, 1)] = np.finfo(np.float32).min
+    inits = [c(rng.normal(size=(16, 8)).astype(np.float32), "w1"), c(rng.normal(size=(8, 16)).astype(np.float32), "w2"),
+             c(rng.normal(size=(40, 8)).astype(np.float32), "table"), c(np.arange(1, 9, dtype=np.int64), "pos"),
+             c(np.float32(5.0), "scale"), c(mask, "mask")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+             helper.make_node("Cast", ["pos"], ["posf"], to=TensorProto.FLOAT, name="to_float"),
+             helper.make_node("Log", ["posf"], ["logp"], name="log"),
+             helper.make_node("Mul", ["logp", "scale"], ["scaled"], name="bucket_mul"),
+             helper.make_node("Cast", ["scaled"], ["bucket"], to=TensorProto.INT64, name="to_int"),
+             helper.make_node("Gather", ["table", "bucket"], ["bias"], name="bias_gather"),
+             helper.make_node("Add", ["h", "bias"], ["hb"], name="add_bias"),
+             helper.make_node("Add", ["hb", "mask"], ["masked"], name="add_mask"),
+             helper.make_node("Softmax", ["masked"], ["p"], axis=-1, name="softmax"),
+             helper.make_node("MatMul", ["p", "w2"], ["y"], name="fc2")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 8, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 8, 16])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_index_arithmetic_is_found_by_its_cast_to_an_integer_and_activations_are_not():
+    from onnx import TensorProto, helper
+
+    from edgesmith.compress.quant_int8 import index_arithmetic_nodes
+
+    model = _bucket_and_mask_model()
+    assert index_arithmetic_nodes(model) == ["bucket_mul", "log", "to_float"]
+    # the same Cast fed by an activation (a MatMul's output) is the network's own arithmetic: left to the quantizer
+    model.graph.node.append(helper.make_node("Cast", ["y"], ["yi"], to=TensorProto.INT64, name="y_to_int"))
+    model.graph.output.append(helper.make_tensor_value_info("yi", TensorProto.INT64, ["b", 8, 16]))
+    assert index_arithmetic_nodes(model) == ["bucket_mul", "log", "to_float"]
+
+
+def test_index_arithmetic_and_masks_stay_fp32_so_int8_computes_what_fp32_does(tmp_path):
+    # quantized, the bucket ids shift (T5's Gather then reads index -9.2e18) and a -3.4e38 mask erases the scores
+    import onnxruntime as ort
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_bucket_and_mask_model(), str(path))
+    x = np.random.default_rng(1).normal(size=(32, 8, 16)).astype(np.float32)
+    res = apply_pass(Artifact("onnx", path=path), Int8QdqConfig(),
+                     PassContext(workdir=tmp_path / "w", calibration=x, progress=False))
+    notes = " ".join(res.report.notes)
+    assert "3 node(s) of float arithmetic that computes integer indices kept in fp32" in notes
+    assert "node(s) reading or writing a mask-like tensor" in notes
+    graph = onnx.load(str(res.artifact.path)).graph
+    assert {"log", "bucket_mul", "add_mask", "softmax"} <= {n.name for n in graph.node}
+    quantized = {n.input[0] for n in graph.node if n.op_type == "QuantizeLinear"}
+    assert quantized.isdisjoint({"logp", "scaled", "masked", "mask"})  # fp32 all the way into the Cast and Softmax
+    run = lambda p: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]  # noqa: E731
+    want, got = run(path), run(res.artifact.path)
+    assert 10 * np.log10((want ** 2).sum() / ((want - got) ** 2).sum()) > 25
+    assert [layer.action for layer in res.report.layers] == ["quantized", "quantized"]
