@@ -1,6 +1,7 @@
 """Public architectures deployed from their torch definition and input shapes alone.
 
     .venv/bin/python -m edgesmith.bench.benchmarks.shapes_architectures --out runs/shapes [--force] [--only NAME ...]
+        [--calibrate]   # 64 calibration samples per model: adds int8 (static, calibrated) to the table
 
 Fifteen Hugging Face transformers architectures nobody in this project wrote (encoders, decoder-only language
 models with RoPE, ALiBi, sliding windows and grouped-query attention, vision transformers and convnets, a speech
@@ -102,18 +103,47 @@ def shapes_and_types(given: dict) -> tuple[dict, dict]:
     return shapes, types
 
 
-def run_one(name: str, folder: Path, reps: int, threads: int) -> dict:
+def calibration_file(name: str, folder: Path, shapes: dict, types: dict, n: int = 64) -> Path:
+    """``n`` samples for the int8 variant, made like the synthetic inputs: ids below the model's 500-word vocabulary,
+    masks of ones, standard normal floats (seed 0)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for key, shape in shapes.items():
+        if types.get(key, "float32") == "float32":
+            arrays[key or "input"] = rng.standard_normal((n, *shape)).astype(np.float32)
+        elif "mask" in key:
+            arrays[key] = np.ones((n, *shape), np.int64)
+        else:
+            arrays[key or "input"] = rng.integers(0, 500, (n, *shape)).astype(np.int64)
+    path = folder / "data" / f"{name}.npz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if len(arrays) == 1:  # a one-input model reads its file whatever the array is called
+        path = path.with_suffix(".npy")
+        np.save(path, next(iter(arrays.values())))
+    else:
+        np.savez(path, **arrays)
+    return path
+
+
+def run_one(name: str, folder: Path, reps: int, threads: int, calibrate: bool = False) -> dict:
     import edgesmith
 
     expr, given = ARCHITECTURES[name]
     src = folder / "factories" / f"{name.replace('-', '_')}.py"
     src.write_text(factory_text(expr))
     shapes, types = shapes_and_types(given)
+    data = {}
+    if calibrate:  # int8 then calibrates on it and every variant is scored on it; no --input-shape needed
+        data = {"calibration_data": calibration_file(name, folder, shapes, types)}
+        data["eval_data"] = data["calibration_data"]
+        shapes, types = {}, {}
     t0 = time.perf_counter()
     try:
         out = edgesmith.deploy(f"{src}:make", target="host-cpu", out=folder / "deploys" / name, tvm=False, reps=reps,
                                warmup=10, threads=threads, batch_sizes=(1,), input_shapes=shapes, input_types=types,
-                               force=True)
+                               force=True, **data)
     except EdgesmithError as e:
         return {"model": name, "error": e.problem, "deploy_wall_s": time.perf_counter() - t0}
     r = json.loads((out / "report.json").read_text())
@@ -128,6 +158,11 @@ def run_one(name: str, folder: Path, reps: int, threads: int) -> dict:
             "fp32_bytes": rows["fp32"]["size_bytes"], "int4_bytes": rows["int4"]["size_bytes"],
             "int4_layers": f"{sum(x['action'] == 'quantized' for x in int4)}/{len(int4)}",
             "int4_sqnr_db": rows["int4"]["evaluation"]["value"],
+            "int8_sqnr_db": rows["int8"]["evaluation"]["value"] if "int8" in rows else None,
+            "int8_bytes": rows["int8"]["size_bytes"] if "int8" in rows else None,
+            "int8_p50_s": rows["int8"]["latency"]["1"]["p50"] if "int8" in rows else None,
+            "int8_kept_fp32": [n for v in r["variants"] if v["name"] == "int8" for n in v["pass_reports"][-1]["notes"]
+                               if "kept in fp32" in n],
             "fp32_p50_s": rows["fp32"]["latency"]["1"]["p50"], "int4_p50_s": rows["int4"]["latency"]["1"]["p50"],
             "latency_provenance": rows["fp32"]["latency"]["1"]["provenance"],
             "fp32_energy_j": rows["fp32"]["energy"]["energy_j_per_sample"],
@@ -137,7 +172,7 @@ def run_one(name: str, folder: Path, reps: int, threads: int) -> dict:
             "deploy_wall_s": time.perf_counter() - t0}
 
 
-def run(folder: Path, names: list[str], reps: int, threads: int) -> dict:
+def run(folder: Path, names: list[str], reps: int, threads: int, calibrate: bool = False) -> dict:
     from tqdm import tqdm
 
     (folder / "factories").mkdir(parents=True, exist_ok=True)
@@ -145,8 +180,8 @@ def run(folder: Path, names: list[str], reps: int, threads: int) -> dict:
     bar = tqdm(names, desc="architectures", unit="model")
     for name in bar:
         bar.set_postfix_str(name)
-        rows.append(run_one(name, folder, reps, threads))
-    return {"rows": rows, "reps": reps, "threads": threads}
+        rows.append(run_one(name, folder, reps, threads, calibrate))
+    return {"rows": rows, "reps": reps, "threads": threads, "calibrate": calibrate}
 
 
 def markdown(res: dict) -> str:
@@ -155,9 +190,24 @@ def markdown(res: dict) -> str:
              "SQNR: int4 against fp32 on 32 synthetic inputs (fidelity, not a task score).", "",
              "| model | inputs | MatMul/Gemm weights | export error vs torch | fp32 -> int4 size | int4 layers | int4 SQNR (dB) | "
              "p50 fp32 / int4 (measured) | energy fp32 / int4 (estimated) |", "|---|---|---|---|---|---|---|---|---|"]
+    if res.get("calibrate"):
+        lines[0] = lines[0].replace("SQNR: int4 against fp32 on 32 synthetic inputs", "SQNR: int8 and int4 against fp32 on "
+                                    "the 64 calibration samples (ids below 500, masks of ones, normal floats; seed 0)")
+        lines[0] += (" int8 nodes kept fp32: float arithmetic computing integer indices (index) and nodes on a "
+                     "tensor calibrated beyond +-1e30 (mask), as the int8 pass's notes say.")
+        lines[2:4] = ["| model | MatMul/Gemm weights | fp32 -> int8 / int4 size | int8 SQNR (dB) | int4 SQNR (dB) | "
+                      "p50 fp32 / int8 / int4 (measured) | int8 nodes kept fp32 |", "|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         if "error" in r:
-            lines.append(f"| {r['model']} | | | refused: {r['error']} | | | | | |")
+            lines.append(f"| {r['model']} | refused: {r['error']} |" + " |" * (5 if res.get("calibrate") else 7))
+            continue
+        if res.get("calibrate"):
+            kept = ", ".join(f"{k.split()[0]} {'index' if 'indices' in k else 'mask' if 'mask-like' in k else 'other'}"
+                             for k in r["int8_kept_fp32"]) or "-"
+            lines.append(f"| {r['model']} | {r['weight_params']:,} | {r['fp32_bytes'] / 1024:.0f} -> "
+                         f"{r['int8_bytes'] / 1024:.0f} / {r['int4_bytes'] / 1024:.0f} KiB | {r['int8_sqnr_db']:.1f} | "
+                         f"{r['int4_sqnr_db']:.1f} | {r['fp32_p50_s'] * 1e6:.0f} / {r['int8_p50_s'] * 1e6:.0f} / "
+                         f"{r['int4_p50_s'] * 1e6:.0f} us | {kept} |")
             continue
         inputs = ", ".join(f"{k or 'input'} {v}" for k, v in r["inputs"].items())
         lines.append(f"| {r['model']} | {inputs} | {r['weight_params']:,} | {r['export_error_vs_torch']:.2g} | "
@@ -199,10 +249,12 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="+", choices=sorted(ARCHITECTURES), help="these architectures only")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--calibrate", action="store_true",
+                    help="give each model 64 calibration samples: adds the int8 variant, scored on those samples")
     a = ap.parse_args(argv)
     refuse_existing(a.out, a.force)
     t0 = time.perf_counter()
-    res = run(a.out.with_name(a.out.name + ".work"), a.only or list(ARCHITECTURES), a.reps, a.threads)
+    res = run(a.out.with_name(a.out.name + ".work"), a.only or list(ARCHITECTURES), a.reps, a.threads, a.calibrate)
     res["wall_seconds"] = time.perf_counter() - t0
     res["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     res["command"] = "python -m edgesmith.bench.benchmarks.shapes_architectures " + " ".join(argv or [])

@@ -15,10 +15,21 @@ def test_one_architecture_runs_from_its_factory_text_and_shapes_into_a_table_row
     assert row["int4_sqnr_db"] > 10 and row["latency_provenance"] == "measured"
     assert row["energy_provenance"].startswith("estimated")
     md = sa.markdown({"rows": [row, {"model": "x", "error": "no good"}], "threads": 1, "reps": 5})
-    assert "| distilbert | input_ids 16:int64, attention_mask 16:int64 |" in md and "| x | | | refused: no good |" in md
+    assert "| distilbert | input_ids 16:int64, attention_mask 16:int64 |" in md and "| x | refused: no good |" in md
 
 
 def test_every_factory_text_is_python_that_names_make():
     for name, (expr, given) in sa.ARCHITECTURES.items():
         compile(sa.factory_text(expr), name, "exec")
         assert all(v.replace(",", "").replace(":int64", "").isdigit() for v in given.values())
+
+
+def test_with_calibration_data_the_row_has_int8_and_names_what_int8_kept_in_fp32(tmp_path):
+    # T5: its relative-position buckets are float arithmetic cast to int64, which int8 must leave alone
+    (tmp_path / "factories").mkdir()
+    row = sa.run_one("t5-encoder", tmp_path, reps=5, threads=1, calibrate=True)
+    assert "error" not in row, row
+    assert row["int8_sqnr_db"] > 20 and row["int8_bytes"] < row["fp32_bytes"]
+    assert any("integer indices" in k for k in row["int8_kept_fp32"])
+    md = sa.markdown({"rows": [row], "threads": 1, "reps": 5, "calibrate": True})
+    assert "| t5-encoder |" in md and "5 index" in md
