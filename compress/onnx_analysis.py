@@ -141,26 +141,39 @@ def batched_feeds(model: onnx.ModelProto, x, batch: int = 64) -> list[dict[str, 
              for name, dtype, _ in inputs} for i in range(0, stop, step)]
 
 
-def strip_identities(model: onnx.ModelProto) -> int:
-    """Remove ``Identity`` nodes in place, feeding their consumers the Identity's input (exporters put them
-    in front of Conv biases and weights, where they stop onnxruntime from fusing QDQ pairs into integer
-    kernels). An Identity that produces a graph output stays. Returns how many were removed."""
+def strip_identities(model: onnx.ModelProto, *, of_initializers: bool = False) -> int:
+    """Remove top-level ``Identity`` nodes in place, feeding their consumers (in subgraphs too) the Identity's input:
+    exporters put them in front of Conv biases and weights, where they stop onnxruntime from fusing QDQ pairs into
+    integer kernels, and torch's exporter reads a shared or repeated weight through one, where quantizers take the
+    weight for a run-time value. ``of_initializers``: only those whose input is an initializer. An Identity that
+    produces a graph output stays. Returns how many were removed."""
     outputs = {o.name for o in model.graph.output}
+    inits = {t.name for t in model.graph.initializer}
     alias = {}
     keep = []
     for node in model.graph.node:
-        if node.op_type == "Identity" and node.output[0] not in outputs:
-            alias[node.output[0]] = alias.get(node.input[0], node.input[0])
+        source = alias.get(node.input[0], node.input[0]) if node.op_type == "Identity" and node.input else None
+        if source is not None and node.output[0] not in outputs and (not of_initializers or source in inits):
+            alias[node.output[0]] = source
         else:
             keep.append(node)
     if not alias:
         return 0
-    for node in keep:
-        for i, name in enumerate(node.input):
-            if name in alias:
-                node.input[i] = alias[name]
+
+    def rename(nodes) -> None:
+        for node in nodes:
+            for i, name in enumerate(node.input):
+                if name in alias:
+                    node.input[i] = alias[name]
+            for a in node.attribute:
+                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    rename(g.node)
+
+    rename(keep)
     del model.graph.node[:]
     model.graph.node.extend(keep)
+    for vi in [v for v in model.graph.value_info if v.name in alias]:
+        model.graph.value_info.remove(vi)
     return len(alias)
 
 

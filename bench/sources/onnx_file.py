@@ -67,9 +67,12 @@ def load_checked(path: Path):
 
 
 def prepare(path: Path) -> tuple[Path, list[str]]:
-    """The model ready for the pipeline (opset >= 13, Constants folded, fully checked) and what was done."""
+    """The model ready for the pipeline (opset >= 13, Constants folded, weights read through no Identity, fully
+    checked) and what was done."""
     import onnx
     from onnx import version_converter
+
+    from edgesmith.compress.onnx_analysis import strip_identities
 
     model, has_external = load_checked(path)
     notes = []
@@ -97,7 +100,7 @@ def prepare(path: Path) -> tuple[Path, list[str]]:
         del model.graph.node[:]
         model.graph.node.extend(kept)
         notes.append(f"{folded} Constant node(s) folded into initializers")
-    shared = _fold_initializer_identities(model)
+    shared = strip_identities(model, of_initializers=True)
     if shared:
         notes.append(f"{shared} Identity node(s) of a weight removed, their users reading the weight itself (torch's "
                      "exporter writes a weight that several layers share, or that equals another, once and reads the "
@@ -121,34 +124,6 @@ def prepare(path: Path) -> tuple[Path, list[str]]:
     if has_external:
         notes.append("external data read from beside the model and kept inline in the prepared copy")
     return out, notes
-
-
-def _fold_initializer_identities(model) -> int:
-    """Remove each top-level Identity whose input is an initializer (and whose output is not a graph output), renaming
-    its output to that initializer wherever it is read, subgraphs included; the number removed."""
-    inits = {t.name for t in model.graph.initializer}
-    outputs = {o.name for o in model.graph.output}
-    alias = {n.output[0]: n.input[0] for n in model.graph.node
-             if n.op_type == "Identity" and n.input and n.input[0] in inits and n.output[0] not in outputs}
-    if not alias:
-        return 0
-    kept = [n for n in model.graph.node if not (n.op_type == "Identity" and n.output and n.output[0] in alias)]
-    del model.graph.node[:]
-    model.graph.node.extend(kept)
-
-    def rename(graph) -> None:
-        for node in graph.node:
-            for k, name in enumerate(node.input):
-                if name in alias:
-                    node.input[k] = alias[name]
-            for a in node.attribute:
-                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                    rename(g)
-
-    rename(model.graph)
-    for vi in [v for v in model.graph.value_info if v.name in alias]:
-        model.graph.value_info.remove(vi)
-    return len(alias)
 
 
 STATE_PATTERNS = (lambda n: f"{n}_out", lambda n: f"{n}_next", lambda n: f"next_{n}", lambda n: f"new_{n}",

@@ -137,3 +137,26 @@ def test_int4_bits_per_weight_matches_hand_count(tiny, tmp_path, symmetric):
                tmp_path / "off")
     gemm = next(layer for layer in off.layers if layer.name == "gemm3")
     assert gemm.action == "skipped" and "gemm_as_matmul=true" in gemm.reason
+
+
+def test_strip_identities_renames_readers_inside_subgraphs_and_can_keep_to_initializers():
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgesmith.compress.onnx_analysis import strip_identities
+
+    w = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    branch = lambda n: helper.make_graph([helper.make_node("MatMul", ["x", "w_alias"], [n])], n, [],  # noqa: E731
+                                         [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["b", 4])])
+    nodes = [helper.make_node("Identity", ["w"], ["w_alias"], name="shared"),  # torch's form for a shared weight
+             helper.make_node("Identity", ["x"], ["x_copy"], name="plain"),
+             helper.make_node("If", ["c"], ["y"], then_branch=branch("t"), else_branch=branch("e")),
+             helper.make_node("Add", ["y", "x_copy"], ["z"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4]),
+                                           helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["b", 4])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert strip_identities(model, of_initializers=True) == 1  # the weight's Identity only
+    assert [n.name for n in model.graph.node if n.op_type == "Identity"] == ["plain"]
+    assert [n.input[1] for a in model.graph.node[1].attribute for n in a.g.node] == ["w", "w"]
+    onnx.checker.check_model(model, full_check=True)
+    assert strip_identities(model) == 1 and "Identity" not in {n.op_type for n in model.graph.node}
