@@ -62,7 +62,9 @@ class Int8QdqConfig(PassConfig):
 
     ``calibration``: "minmax" or "percentile" (``percentile`` of the activation histogram, 99.99 by
     default). ``n_calibration``: how many calibration samples to use (the first ones given).
-    ``exclude``: node names kept in fp32. ``activations``: "uint8" (asymmetric; onnxruntime's
+    ``exclude``: node names kept in fp32. ``op_types``: the operator types to quantize, e.g. ["MatMul", "Gemm",
+    "Conv"] for the weight layers only; empty (the default) quantizes every type onnxruntime's QDQ quantizer knows,
+    residual Adds, Concats and Softmax included. ``activations``: "uint8" (asymmetric; onnxruntime's
     advice for x86, with or without VNNI) or "int8" (e.g. for ARM). ``reduce_range``: 7-bit weights, the fix
     onnxruntime documents for x86 CPUs without VNNI, whose u8s8 kernels (VPMADDUBSW) saturate 16-bit sums when
     the weights use the full int8 range; None decides by this machine's CPU (``x86_without_vnni``), where the
@@ -77,6 +79,7 @@ class Int8QdqConfig(PassConfig):
     percentile: float = 99.99
     n_calibration: int = 128
     exclude: tuple[str, ...] = ()
+    op_types: tuple[str, ...] = ()
     activations: str = "uint8"
     allow_empty: bool = False  # accept a result with no layer quantized (otherwise that is an error)
     reduce_range: bool | None = None
@@ -93,12 +96,27 @@ class Int8QdqConfig(PassConfig):
         if isinstance(self.exclude, str) or not all(isinstance(n, str) for n in self.exclude):
             self._fail("exclude", f"is {self.exclude!r}", "give a list of node names, e.g. [\"/0/MatMul\"].")
         self.exclude = tuple(self.exclude)
+        known = qdq_op_types()
+        if isinstance(self.op_types, str) or any(t not in known for t in self.op_types):
+            self._fail("op_types", f"is {self.op_types!r}",
+                       f"give a list of operator types onnxruntime quantizes, e.g. [\"MatMul\", \"Gemm\", \"Conv\"] "
+                       f"(all: {', '.join(sorted(known))}).")
+        self.op_types = tuple(self.op_types)
         if not isinstance(self.allow_empty, bool):
             self._fail("allow_empty", f"is {self.allow_empty!r}", "use true or false.")
         if self.reduce_range is not None and not isinstance(self.reduce_range, bool):
             self._fail("reduce_range", f"is {self.reduce_range!r}", "use true, false, or leave it out (auto).")
         if self.activations not in ACTIVATION_TYPES:
             self._fail("activations", f"is {self.activations!r}", f"use one of: {', '.join(ACTIVATION_TYPES)}.")
+
+
+@functools.lru_cache(maxsize=1)
+def qdq_op_types() -> frozenset[str]:
+    """The operator types onnxruntime's static quantizer takes in QDQ format: its QLinear and QDQ registries, the set
+    it quantizes when no list is given."""
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+    return frozenset(QDQRegistry) | frozenset(QLinearOpsRegistry)
 
 
 @functools.lru_cache(maxsize=8)
@@ -228,6 +246,7 @@ def _quantize(prepared: Path, out: Path, calib: np.ndarray, config: Int8QdqConfi
                 reduce_range=reduce_range(config), weight_type=QuantType.QInt8,
                 activation_type=QuantType.QUInt8 if config.activations == "uint8" else QuantType.QInt8,
                 nodes_to_quantize=nodes_to_quantize, nodes_to_exclude=[*config.exclude, *keep],
+                op_types_to_quantize=list(config.op_types) or None,
                 calibrate_method=method, extra_options=extra, calibration_cache_path=str(cache),
             )
     except EdgesmithError:
@@ -331,7 +350,8 @@ def _int8_qdq(artifact: Artifact, config: Int8QdqConfig, ctx: PassContext) -> Pa
     out = ctx.workdir / "model.int8.onnx"
     meta = {**artifact.meta, "precision": "int8"}
     notes = [
-        f"activations {config.activations}, calibrated with {config.calibration}"
+        ("operator types " + ", ".join(config.op_types) + " only; " if config.op_types else "")
+        + f"activations {config.activations}, calibrated with {config.calibration}"
         + (f" ({config.percentile} percentile)" if config.calibration == "percentile" else "")
         + f" on {n_samples(calib)} samples"
         + (f" (of {n_samples(calib_all)} given)" if n_samples(calib_all) > n_samples(calib) else "") + ".",

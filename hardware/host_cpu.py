@@ -384,7 +384,8 @@ class HostCpu(Target):
         both = ["onnxruntime", "tvm"] if options.tvm and "tvm" not in skip else ["onnxruntime"]
         # layers excluded by name: a variant whose every layer is excluded is built as asked and reports 0 quantized
         kept = dict(exclude=tuple(kopts.exclude), allow_empty=bool(kopts.exclude))
-        int8 = lambda: Int8QdqConfig(calibration=kopts.calibration, percentile=kopts.percentile, **kept)  # noqa: E731
+        int8 = lambda: Int8QdqConfig(calibration=kopts.calibration, percentile=kopts.percentile,  # noqa: E731
+                                     op_types=tuple(kopts.int8_op_types), **kept)
         export = onnx_export(producer)
         variants = [
             Variant("fp32", export, list(both), "fp32 ONNX" + (" export" if export else " (the model as given)")),

@@ -108,7 +108,8 @@ class JetsonOrinNano(Target):
         variants = [
             Variant("fp32", export, ["onnxruntime"], "fp32 ONNX (CUDA cores on the Jetson)"),
             Variant("int8", export + [Int8QdqConfig(calibration=kopts.calibration, percentile=kopts.percentile,
-                                                    exclude=tuple(kopts.exclude), allow_empty=bool(kopts.exclude))],
+                                                    exclude=tuple(kopts.exclude), allow_empty=bool(kopts.exclude),
+                                                    op_types=tuple(kopts.int8_op_types))],
                     ["onnxruntime"], "int8 QDQ (tensor cores on the Jetson)"),
         ]
         qat, unavailable = qat_variants(producer, kopts, ["onnxruntime"], "int8 tensor cores on the Jetson")

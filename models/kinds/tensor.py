@@ -17,6 +17,8 @@ class TensorOptions(KindOptions):
     int4_gemm: bool = option(True, "int4 variant: quantize Gemm layers too (rewritten as MatMul); false keeps them fp32")
     exclude: tuple[str, ...] = option((), "node names of the exported ONNX graph (as the report's per-layer table names "
                                            "them) that the int8, int4 and pruned variants keep in fp32")
+    int8_op_types: tuple[str, ...] = option((), "operator types the int8 variants quantize, e.g. [\"MatMul\",\"Gemm\","
+                                                 "\"Conv\"] (weight layers only); empty: every type onnxruntime knows")
     prune_sparsity: float = option(0.0, "add a magnitude-pruned + int8 variant at this sparsity (0 = none)")
     qat_epochs: int = option(0, "add brevitas QAT variants (qat-w8a8, qat-w4a8) fine-tuned this many epochs (0 = none)")
     qat_keep_8bit: int = option(0, "qat-w4a8: this many layers, the most output-sensitive at 4 bits, keep 8-bit weights")
@@ -35,6 +37,9 @@ class TensorOptions(KindOptions):
         if isinstance(self.exclude, str) or not all(isinstance(n, str) and n for n in self.exclude):
             self._fail("exclude", f"is {self.exclude!r}",
                        "give a list of node names, e.g. '[\"/classifier/Gemm\"]' (the report's per-layer table names them).")
+        if isinstance(self.int8_op_types, str) or not all(isinstance(t, str) and t for t in self.int8_op_types):
+            self._fail("int8_op_types", f"is {self.int8_op_types!r}", "give a list of operator types, e.g. "
+                       "'[\"MatMul\",\"Gemm\",\"Conv\"]'; the int8 pass names the ones onnxruntime knows.")
         q = self.qat_epochs
         if isinstance(q, bool) or not isinstance(q, int) or q < 0:
             self._fail("qat_epochs", f"is {q!r}", "use a whole number of epochs, 0 for no QAT variants.")

@@ -76,6 +76,17 @@ def test_exclude_reaches_every_post_training_variant_and_the_plan_says_what_it_k
     assert (plain["int4"].passes[-1].exclude, plain["int4"].passes[-1].allow_empty) == ((), False)
 
 
+def test_int8_op_types_reach_every_int8_config_and_a_wrong_type_fails_at_the_plan():
+    opts = PlanOptions(tvm=False, options={"int8_op_types": ["MatMul", "Gemm", "Conv"], "prune_sparsity": 0.5})
+    v = _by_name(get_target("host-cpu").plan(PRODUCER, opts))
+    assert v["int8"].passes[-1].op_types == v["pruned"].passes[-1].op_types == ("MatMul", "Gemm", "Conv")
+    assert _by_name(get_target("jetson-orin-nano").plan(PRODUCER, opts))["int8"].passes[-1].op_types == \
+        ("MatMul", "Gemm", "Conv")
+    assert _by_name(get_target("host-cpu").plan(PRODUCER, PlanOptions(tvm=False)))["int8"].passes[-1].op_types == ()
+    with pytest.raises(EdgesmithError, match="op_types"):
+        get_target("host-cpu").plan(PRODUCER, PlanOptions(tvm=False, options={"int8_op_types": ["Matmul"]}))
+
+
 def test_exclude_is_refused_where_no_layer_can_stay_fp32_and_named_for_what_it_does_not_touch():
     from edgesmith.hardware.host_cpu import exclude_notes
     from edgesmith.models.kinds import get_kind
