@@ -158,7 +158,7 @@ def bench_inputs(model, shapes: dict, batch: int, seed: int, types: dict | None 
     (valid ids), as ``input_fill`` says."""
     import numpy as np
 
-    from edgesmith.bench.sources.base import check_given_type, given_for, input_fill
+    from edgesmith.bench.sources.base import check_given_type, given_for, synthetic_array
     from edgesmith.compress.onnx_analysis import data_inputs
 
     rng = np.random.default_rng(seed)
@@ -181,9 +181,7 @@ def bench_inputs(model, shapes: dict, batch: int, seed: int, types: dict | None 
             raise EdgesmithError(f"input {name!r} has dynamic dimensions ({', '.join('?' if d is None else str(d) for d in dims[1:])}).",
                                  f"pass --input-shape {name}=D,... with the sizes to time (per sample, without the batch).")
         shape = (batch, *rest)
-        how = input_fill(name, dtype, {})[0]
-        out[name] = rng.standard_normal(shape).astype(dtype) if how == "normal" else \
-            (np.ones if how == "ones" else np.zeros)(shape, dtype)
+        out[name] = synthetic_array(name, dtype, shape, rng, {})
     return out
 
 

@@ -306,10 +306,10 @@ def deploy(opts: DeployOptions) -> Path:
                 except Exception as e:
                     # the variant's first runtime must work; an optional second backend (TVM) that cannot
                     # compile this model is recorded as a failed run instead of losing every other figure
-                    if rt_name == variant.runtimes[0] and isinstance(e, EdgesmithError):
-                        raise
-                    if rt_name == variant.runtimes[0]:  # the runtime's own error on a file edgesmith built
-                        raise EdgesmithError(
+                    if rt_name == variant.runtimes[0]:
+                        if isinstance(e, EdgesmithError):
+                            raise
+                        raise EdgesmithError(  # the runtime's own error on a file edgesmith built
                             f"variant {variant.name} of {opts.model} fails in {label}: {type(e).__name__}: "
                             f"{_first_line(e)[:300]}",
                             "keep the failing node(s) in fp32 with --option 'exclude=[\"NODE\"]' (the node the "

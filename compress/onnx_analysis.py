@@ -141,6 +141,11 @@ def batched_feeds(model: onnx.ModelProto, x, batch: int = 64) -> list[dict[str, 
              for name, dtype, _ in inputs} for i in range(0, stop, step)]
 
 
+INTEGER_TYPES = frozenset({onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,
+                           onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32,
+                           onnx.TensorProto.UINT64})  # ONNX element types of integer tensors
+
+
 def strip_identities(model: onnx.ModelProto, *, of_initializers: bool = False) -> int:
     """Remove top-level ``Identity`` nodes in place, feeding their consumers (in subgraphs too) the Identity's input:
     exporters put them in front of Conv biases and weights, where they stop onnxruntime from fusing QDQ pairs into
@@ -159,19 +164,13 @@ def strip_identities(model: onnx.ModelProto, *, of_initializers: bool = False) -
             keep.append(node)
     if not alias:
         return 0
-
-    def rename(nodes) -> None:
-        for node in nodes:
+    del model.graph.node[:]
+    model.graph.node.extend(keep)
+    for graph, _, _ in graphs_with_scope(model):
+        for node in graph.node:
             for i, name in enumerate(node.input):
                 if name in alias:
                     node.input[i] = alias[name]
-            for a in node.attribute:
-                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                    rename(g.node)
-
-    rename(keep)
-    del model.graph.node[:]
-    model.graph.node.extend(keep)
     for vi in [v for v in model.graph.value_info if v.name in alias]:
         model.graph.value_info.remove(vi)
     return len(alias)

@@ -31,6 +31,7 @@ from onnx import numpy_helper
 from edgesmith.compress.base import (Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult,
                                     first_samples, n_samples, register_pass)
 from edgesmith.compress.onnx_analysis import (
+    INTEGER_TYPES,
     WEIGHT_OPS,
     WeightLayer,
     batched_feeds,
@@ -161,9 +162,7 @@ class _Reader:
         return len(self._feeds)
 
 
-_INTEGER = {onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,
-            onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64,
-            onnx.TensorProto.BOOL}
+_INTEGER = INTEGER_TYPES | {onnx.TensorProto.BOOL}  # a Cast to bool ends index arithmetic too
 
 
 def index_arithmetic_nodes(model: onnx.ModelProto) -> list[str]:
@@ -212,12 +211,13 @@ def mask_nodes(model: onnx.ModelProto, cache: Path, already: set) -> list[str]:
     import json
 
     data = json.loads(Path(cache).read_text()).get("data", {}) if Path(cache).is_file() else {}
+    def values(end) -> np.ndarray:  # {"data": [v]} per tensor end ({"data": v} after percentile calibration)
+        return np.ravel(np.asarray(end.get("data", []) if isinstance(end, dict) else end, dtype=np.float64))
+
     huge = set()
     for name, r in data.items():
-        ends = [(r.get(key) or {}).get("data", []) if isinstance(r.get(key), dict) else r.get(key, [])
-                for key in ("lowest", "highest")] if isinstance(r, dict) else []
-        values = np.concatenate([np.ravel(np.asarray(e, dtype=np.float64)) for e in ends]) if ends else np.zeros(0)
-        if values.size and (not np.isfinite(values).all() or np.abs(values).max() >= MASK_RANGE):
+        ends = np.concatenate([values(r.get(key, [])) for key in ("lowest", "highest")])
+        if ends.size and (not np.isfinite(ends).all() or np.abs(ends).max() >= MASK_RANGE):
             huge.add(name)
     return [n.name for n in model.graph.node if n.name and n.name not in already
             and huge & {*n.input, *n.output}]

@@ -278,6 +278,15 @@ def check_exclude(producer, kopts) -> None:
     check_node_names(onnx.load(str(producer.path), load_external_data=False), kopts.exclude, "--option exclude")
 
 
+def int8_config(kopts):
+    """The int8 QDQ pass a tensor model's options ask for (host-cpu and the Jetson build the same one). Layers excluded
+    by name: a variant whose every layer is excluded is built as asked and reports 0 quantized."""
+    from edgesmith.compress.quant_int8 import Int8QdqConfig
+
+    return Int8QdqConfig(calibration=kopts.calibration, percentile=kopts.percentile, op_types=tuple(kopts.int8_op_types),
+                         exclude=tuple(kopts.exclude), allow_empty=bool(kopts.exclude))
+
+
 def exclude_notes(kopts, variants) -> list[str]:
     """What ``--option exclude=[...]`` did: the post-training variants keep those nodes in fp32; QAT variants, which
     quantize the torch model's Linear layers, do not read ONNX node names."""
@@ -375,23 +384,18 @@ class HostCpu(Target):
     def plan_tensor(self, producer, options: PlanOptions, kopts) -> Plan:
         from edgesmith.compress.prune import MagnitudePruneConfig
         from edgesmith.compress.quant_int4 import Int4WeightOnlyConfig
-        from edgesmith.compress.quant_int8 import Int8QdqConfig
 
         module_fits(self, producer)
         check_exclude(producer, kopts)
         skip = producer.unsupported_runtimes() if hasattr(producer, "unsupported_runtimes") else {}
         skip = {name: why for name, why in skip.items() if name != self.runtime}
         both = ["onnxruntime", "tvm"] if options.tvm and "tvm" not in skip else ["onnxruntime"]
-        # layers excluded by name: a variant whose every layer is excluded is built as asked and reports 0 quantized
-        kept = dict(exclude=tuple(kopts.exclude), allow_empty=bool(kopts.exclude))
-        int8 = lambda: Int8QdqConfig(calibration=kopts.calibration, percentile=kopts.percentile,  # noqa: E731
-                                     op_types=tuple(kopts.int8_op_types), **kept)
         export = onnx_export(producer)
         variants = [
             Variant("fp32", export, list(both), "fp32 ONNX" + (" export" if export else " (the model as given)")),
-            Variant("int8", export + [int8()], list(both), "int8 QDQ static quantization"),
-            Variant("int4", export + [Int4WeightOnlyConfig(block_size=kopts.int4_block_size,
-                                                             gemm_as_matmul=kopts.int4_gemm, **kept)],
+            Variant("int8", export + [int8_config(kopts)], list(both), "int8 QDQ static quantization"),
+            Variant("int4", export + [Int4WeightOnlyConfig(block_size=kopts.int4_block_size, gemm_as_matmul=kopts.int4_gemm,
+                                                             exclude=tuple(kopts.exclude), allow_empty=bool(kopts.exclude))],
                     ["onnxruntime"], "4-bit weight-only MatMulNBits (TVM cannot run MatMulNBits)"),
         ]
         qat, unavailable = qat_variants(producer, kopts, ["onnxruntime"], "Linear layers lowered to onnxruntime's integer "
@@ -408,7 +412,7 @@ class HostCpu(Target):
             unavailable["pruned"] = "magnitude pruning works on a torch model; this one is ONNX."
         elif kopts.prune_sparsity > 0:
             variants.append(Variant(
-                "pruned", [MagnitudePruneConfig(sparsity=kopts.prune_sparsity), *onnx_export(producer), int8()],
+                "pruned", [MagnitudePruneConfig(sparsity=kopts.prune_sparsity), *onnx_export(producer), int8_config(kopts)],
                 list(both), f"magnitude-pruned to {kopts.prune_sparsity:.0%} sparsity, then int8 QDQ"))
         else:
             unavailable["pruned"] = "set a prune sparsity above 0 (e.g. --option prune_sparsity=0.5)."

@@ -14,7 +14,7 @@ is an upper-leaning estimate that already contains static, CPU and DRAM power.
 from __future__ import annotations
 
 from edgesmith.hardware.base import Coefficient, CostModel, Estimate, Plan, PlanOptions, Target, Variant, Workload, register_target
-from edgesmith.hardware.host_cpu import check_exclude, exclude_notes, module_fits, onnx_export, qat_variants, select_variants
+from edgesmith.hardware.host_cpu import check_exclude, exclude_notes, int8_config, module_fits, onnx_export, qat_variants, select_variants
 from edgesmith.common import EdgesmithError
 
 DATASHEET = ("NVIDIA Jetson Orin Nano Series Module Data Sheet (DS-11105-001, 2023), Orin Nano 8GB: "
@@ -100,16 +100,12 @@ class JetsonOrinNano(Target):
         return self._cost_model
 
     def plan_tensor(self, producer, options: PlanOptions, kopts) -> Plan:
-        from edgesmith.compress.quant_int8 import Int8QdqConfig
-
         module_fits(self, producer)
         check_exclude(producer, kopts)
         export = onnx_export(producer)
         variants = [
             Variant("fp32", export, ["onnxruntime"], "fp32 ONNX (CUDA cores on the Jetson)"),
-            Variant("int8", export + [Int8QdqConfig(calibration=kopts.calibration, percentile=kopts.percentile,
-                                                    exclude=tuple(kopts.exclude), allow_empty=bool(kopts.exclude),
-                                                    op_types=tuple(kopts.int8_op_types))],
+            Variant("int8", export + [int8_config(kopts)],
                     ["onnxruntime"], "int8 QDQ (tensor cores on the Jetson)"),
         ]
         qat, unavailable = qat_variants(producer, kopts, ["onnxruntime"], "int8 tensor cores on the Jetson")

@@ -234,14 +234,18 @@ def sample_inputs(specs, request: UserRequest, n: int = 2, seed: int = 0,
                                  f"{s.name}=3,64,64).")
         dt = np.dtype(s.dtype)
         check_given_type(request.input_types, s.name, len(specs), dt, "model", "drop ':{said}' or write :{declared}.")
-        how = input_fill(s.name, dt, id_bounds or {})[0]
-        if how == "normal":
-            out[s.name] = rng.standard_normal((n, *shape)).astype(dt)
-        elif how == "ids":
-            out[s.name] = rng.integers(0, id_bounds[s.name], (n, *shape)).astype(dt)
-        else:
-            out[s.name] = (np.ones if how == "ones" else np.zeros)((n, *shape), dt)
+        out[s.name] = synthetic_array(s.name, dt, (n, *shape), rng, id_bounds or {})
     return out
+
+
+def synthetic_array(name: str, dtype, shape: tuple, rng: np.random.Generator, id_bounds: dict) -> np.ndarray:
+    """One synthetic input of ``shape``, filled as ``input_fill`` says."""
+    how = input_fill(name, dtype, id_bounds)[0]
+    if how == "normal":
+        return rng.standard_normal(shape).astype(dtype)
+    if how == "ids":
+        return rng.integers(0, id_bounds[name], shape).astype(dtype)
+    return (np.ones if how == "ones" else np.zeros)(shape, dtype)
 
 
 def input_fill(name: str, dtype, id_bounds: dict) -> tuple[str, str]:

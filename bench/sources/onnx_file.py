@@ -233,16 +233,16 @@ def _gather_rows(model, names: set) -> dict[str, int]:
     """{integer input: rows of the constant table it indexes} for inputs used as the indices of a Gather on axis 0 of
     an initializer (an embedding's token ids), directly or through reshapes and integer casts; the smallest table
     when several."""
-    from onnx import TensorProto, helper
+    from onnx import helper
+
+    from edgesmith.compress.onnx_analysis import INTEGER_TYPES
 
     tables = {t.name: list(t.dims) for t in model.graph.initializer}
-    integer = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64, TensorProto.UINT8,
-               TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
     origin = {n: n for n in names}  # tensor -> the input whose values it holds
     rows = {}
     for node in model.graph.node:  # graph order is topological
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        carries = node.op_type in _SAME_VALUES or (node.op_type == "Cast" and attrs.get("to") in integer)
+        carries = node.op_type in _SAME_VALUES or (node.op_type == "Cast" and attrs.get("to") in INTEGER_TYPES)
         if carries and node.input and node.input[0] in origin:
             origin[node.output[0]] = origin[node.input[0]]
         elif node.op_type == "Gather" and len(node.input) > 1 and node.input[1] in origin:
