@@ -131,54 +131,103 @@ def export_to_onnx(module, label: str, key: bytes, request: UserRequest, program
                              "(--calibration-data / --eval-data; --example-data for export).") from None
     ref = ref if isinstance(ref, (tuple, list)) else (ref,)
     out_names = ["output"] if len(ref) == 1 else [f"output_{i}" for i in range(len(ref))]
-    if not out.exists():
-        errors = []
-        for dynamo in ((True,) if program is not None else (False, True)):
-            try:
-                with warnings.catch_warnings(), atomic_path(out, force=True) as tmp:
-                    warnings.simplefilter("ignore")
-                    _export(program if program is not None else module, args, tmp, names, out_names, dynamo)
-                break
-            except EdgesmithError:
-                raise
-            except Exception as e:  # the exporters raise many types
-                errors.append(re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip())  # no terminal colour codes
-        else:
-            msg = " | ".join(e.splitlines()[0][:200] for e in errors if e)
-            op = next((failing_op(e) for e in errors if failing_op(e)), None)
-            raise EdgesmithError(f"exporting {label} to ONNX failed" + (f" at operator {op}" if op else "") + f": {msg}",
-                                 "replace that operator in the model (or export the model to ONNX yourself and deploy "
-                                 "the .onnx file).")
+    want = [r.detach().numpy() for r in ref]
+    batch_dynamic = len(args[0]) > 1 and _program_batch(program) is None and all(w.shape[:1] == (len(args[0]),)
+                                                                                  for w in want)
+    via_file = out.with_name(out.name + ".via")  # which exporter wrote a cached file, and why not the first
+    if out.exists():
+        try:
+            checked = _check_export(out, example, want, label, batch_dynamic)
+            notes.append(_export_note(*checked, via_file.read_text() if via_file.exists() else ""))
+            return out, notes
+        except _Unfaithful:  # cached by a version that kept files it could not check: exported again
+            out.unlink(missing_ok=True)
+    errors, refusals = [], []
+    for dynamo in ((True,) if program is not None else (False, True)):
+        exporter = "dynamo" if dynamo else "legacy"
+        try:
+            with warnings.catch_warnings(), atomic_path(out, force=True) as tmp:
+                warnings.simplefilter("ignore")
+                _export(program if program is not None else module, args, tmp, names, out_names, dynamo)
+                # a file that does not run, or computes something else, is not kept: the other exporter may do better
+                checked = _check_export(tmp, example, want, label, batch_dynamic)
+                via = "".join(f" by the dynamo exporter (the {x} exporter's file: {err.problem.rstrip('.')})"
+                              for x, err in refusals[:1])
+                via_file.write_text(via)
+            notes.append(_export_note(*checked, via))
+            return out, notes
+        except _Unfaithful as e:
+            refusals.append((exporter, e.error))
+        except EdgesmithError:
+            raise
+        except Exception as e:  # the exporters raise many types
+            errors.append(re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip())  # no terminal colour codes
+    if refusals:  # an exporter wrote a file: its check says more than the other's exception
+        exporter, first = refusals[0]
+        others = [f"the {x} exporter's file " + err.problem.replace(f"the ONNX export of {label} ", "", 1).rstrip(".")
+                  for x, err in refusals[1:]]
+        others += [f"the other exporter failed: {e.splitlines()[0][:200]}" for e in errors if e]
+        raise EdgesmithError(f"{first.problem[:-1] if first.problem.endswith('.') else first.problem} (the {exporter} "
+                             f"exporter's file)" + "".join(f"; {o}" for o in others) + ".", first.fix)
+    msg = " | ".join(e.splitlines()[0][:200] for e in errors if e)
+    op = next((failing_op(e) for e in errors if failing_op(e)), None)
+    raise EdgesmithError(f"exporting {label} to ONNX failed" + (f" at operator {op}" if op else "") + f": {msg}",
+                         "replace that operator in the model (or export the model to ONNX yourself and deploy "
+                         "the .onnx file).")
+
+
+class _Unfaithful(Exception):
+    """An exported file that onnxruntime cannot load or run, or that computes something other than torch."""
+
+    def __init__(self, error: EdgesmithError):
+        super().__init__(error.problem)
+        self.error = error
+
+
+def _export_note(diff: float, checked: str, via: str = "") -> str:
+    return f"exported from torch to ONNX here{via}; largest output difference from the torch module on {checked}: {diff:.3g}"
+
+
+def _check_export(path: Path, example: dict, want: list, label: str, batch_dynamic: bool) -> tuple[float, str]:
+    """The exported file's largest difference from torch's outputs ``want`` on ``example`` (and, for a file with a
+    dynamic batch, on the first sample alone), with what it was checked on; ``_Unfaithful`` when onnxruntime cannot
+    load or run it or it is off by more than ``EXPORT_TOLERANCE``."""
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
-    want = [r.detach().numpy() for r in ref]
-    feeds = {i.name: example[i.name] for i in sess.get_inputs() if i.name in example}
-    n = len(args[0])
-    diff = max(_max_diff(g, w) for g, w in zip(sess.run(None, feeds), want))
+    def first_line(e: Exception) -> str:
+        return (str(e).strip().splitlines() or [""])[0][:200]
+
+    fix = ("export the model to ONNX yourself, check it against torch, and deploy the .onnx file (a forward that draws "
+           "random numbers in eval mode cannot be exported faithfully).")
+    try:
+        options = ort.SessionOptions()
+        options.log_severity_level = 4  # its failure is reported below, once, not also logged in colour
+        sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        feeds = {i.name: example[i.name] for i in sess.get_inputs() if i.name in example}
+        got = sess.run(None, feeds)
+    except Exception as e:  # onnxruntime raises its own types: an op or shape it cannot take
+        raise _Unfaithful(EdgesmithError(f"the ONNX export of {label} does not run in onnxruntime: {first_line(e)}",
+                                         fix)) from None
+    n = len(next(iter(feeds.values()))) if feeds else 0
+    diff = max(_max_diff(g, w) for g, w in zip(got, want))
     checked = f"{n} example inputs"
-    if n > 1 and _program_batch(program) is None and all(w.shape[:1] == (n,) for w in want):
-        # a batch-dynamic file is timed at other batches: one traced at 2 must give the same rows at 1
+    if batch_dynamic:  # a batch-dynamic file is timed at other batches: one traced at 2 must give the same rows at 1
         try:
             one = sess.run(None, {k: v[:1] for k, v in feeds.items()})
-        except Exception as e:  # onnxruntime raises its own types: a shape the trace fixed at the example batch
-            out.unlink(missing_ok=True)
-            raise EdgesmithError(f"the ONNX export of {label} runs only at the batch it was traced with ({n}); at batch 1 "
-                                 f"onnxruntime says: {(str(e).strip().splitlines() or [''])[0][:200]}",
-                                 "size reshapes from the input (x.view(x.shape[0], -1)), not as constants.") from None
+        except Exception as e:  # a shape the trace fixed at the example batch
+            raise _Unfaithful(EdgesmithError(f"the ONNX export of {label} runs only at the batch it was traced with ({n}); "
+                                             f"at batch 1 onnxruntime says: {first_line(e)}",
+                                             "size reshapes from the input (x.view(x.shape[0], -1)), not as constants.")
+                              ) from None
         diff = max(diff, *(_max_diff(g, w[:1]) for g, w in zip(one, want)))
         checked += " (as one batch, and the first alone)"
     finite = [np.abs(w.astype(np.float64)) for w in want]
     scale = max([1.0] + [float(np.nanmax(a)) for a in finite if a.size and not np.isnan(a).all()])
     if not diff <= EXPORT_TOLERANCE * scale:
-        out.unlink(missing_ok=True)  # not kept in the cache: the next run exports again
-        raise EdgesmithError(f"the ONNX export of {label} does not compute what the torch module computes: largest output "
-                             f"difference {diff:.3g} on {checked}, with outputs up to {scale:.3g}.",
-                             "export the model to ONNX yourself, check it against torch, and deploy the .onnx file "
-                             "(a forward that draws random numbers in eval mode cannot be exported faithfully).")
-    notes.append(f"exported from torch to ONNX here; largest output difference from the torch module on {checked}: "
-                 f"{diff:.3g}")
-    return out, notes
+        raise _Unfaithful(EdgesmithError(f"the ONNX export of {label} does not compute what the torch module computes: "
+                                         f"largest output difference {diff:.3g} on {checked}, with outputs up to "
+                                         f"{scale:.3g}.", fix))
+    return diff, checked
 
 
 EXPORT_TOLERANCE = 1e-3  # an exported graph off by more than this times the largest output (at least 1) is refused
