@@ -3,15 +3,17 @@
     .venv/bin/python -m edgesmith.bench.benchmarks.shapes_architectures --out runs/shapes [--force] [--only NAME ...]
         [--calibrate]   # 64 calibration samples per model: adds int8 (static, calibrated) to the table
 
-Fifteen Hugging Face transformers architectures nobody in this project wrote (encoders, decoder-only language
-models with RoPE, ALiBi, sliding windows and grouped-query attention, vision transformers and convnets, a speech
-encoder), each built small from its public config with seeded random weights (nothing is downloaded). Each is
-written as a ``file.py:make`` factory, the form a user hands to ``edgesmith deploy`` with ``--input-shape`` and no
-data, and deployed on host-cpu: traced, exported (the legacy exporter, or dynamo when it fails), int4-quantized and
-timed. The table gives, per model: MatMul/Gemm weights, the exported file's largest error against torch, fp32 and int4
-file sizes, how many weight layers int4 quantized, int4's output SQNR against fp32 on the 32 synthetic inputs
-(fidelity, not a task score), and p50 latency at batch 1 (measured in this process by the deploy) with the
-host-cpu cost model's energy estimate. A model the toolkit cannot take is a row with its error, not a crash.
+Thirty Hugging Face transformers architectures nobody in this project wrote (encoders, decoder-only language models
+with RoPE, ALiBi, sliding windows and grouped-query attention, vision transformers, convnets (residual, depthwise,
+grouped, pooling-only), a segmentation model, speech encoders on spectra and on raw audio, and two recurrent language
+models, Mamba's selective scan and RWKV-4), each built small from its public config with seeded random weights
+(nothing is downloaded). Each is written as a ``file.py:make`` factory, the form a user hands to ``edgesmith deploy``
+with ``--input-shape`` and no data, and deployed on host-cpu: traced, exported (the legacy exporter, or dynamo when it
+fails or its file does not run or match torch), int4-quantized and timed. The table gives, per model: MatMul/Gemm
+weights, the exported file's largest error against torch, fp32 and int4 file sizes, how many weight layers int4
+quantized, int4's output SQNR against fp32 on the 32 synthetic inputs (fidelity, not a task score), and p50 latency at
+batch 1 (measured in this process by the deploy) with the host-cpu cost model's energy estimate. A model the toolkit
+cannot take is a row with its error, not a crash.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import time
 from pathlib import Path
 
 from edgesmith.bench.benchmarks.claim_io import refuse_existing, write_claim
+from edgesmith.bench.recipe import parse_key_values
 from edgesmith.common import EdgesmithError
 
 HEADER = '''import torch
@@ -86,6 +89,41 @@ ARCHITECTURES = {
                         "encoder_ffn_dim=128, decoder_ffn_dim=128, max_source_positions=50, pad_token_id=0, "
                         "bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)).get_encoder(), "
                         "'last_hidden_state')", {"": "16,100"}),
+    "resnet": ("Out(T.ResNetForImageClassification(T.ResNetConfig(embedding_size=16, hidden_sizes=[16,32,48,64], "
+               "depths=[1,1,1,1], num_labels=10)))", IMAGE),
+    "mobilenet-v2": ("Out(T.MobileNetV2ForImageClassification(T.MobileNetV2Config(image_size=32, "
+                     "depth_multiplier=0.35, num_labels=10)))", IMAGE),
+    "regnet": ("Out(T.RegNetForImageClassification(T.RegNetConfig(embedding_size=16, hidden_sizes=[16,32,48,64], "
+               "depths=[1,1,1,1], groups_width=8, num_labels=10)))", IMAGE),
+    "poolformer": ("Out(T.PoolFormerForImageClassification(T.PoolFormerConfig(hidden_sizes=[16,32,48,64], "
+                   "depths=[1,1,1,1], num_labels=10)))", IMAGE),
+    "segformer": ("Out(T.SegformerForSemanticSegmentation(T.SegformerConfig(hidden_sizes=[16,32,48,64], "
+                  "decoder_hidden_size=32, depths=[1,1,1,1], num_attention_heads=[1,1,2,2], num_labels=4)))", IMAGE),
+    "levit": ("Out(T.LevitForImageClassification(T.LevitConfig(image_size=32, hidden_sizes=[32,48,64], "
+              "num_attention_heads=[1,2,2], depths=[1,1,1], key_dim=[8,8,8], num_labels=10)))", IMAGE),
+    "beit": ("Out(T.BeitForImageClassification(T.BeitConfig(image_size=32, patch_size=8, hidden_size=64, "
+             "num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, use_relative_position_bias=True, "
+             "num_labels=10)))", IMAGE),
+    "wav2vec2": ("Out(T.Wav2Vec2ForSequenceClassification(T.Wav2Vec2Config(hidden_size=64, num_hidden_layers=2, "
+                 "num_attention_heads=4, intermediate_size=128, conv_dim=[32,32,32], conv_stride=[5,2,2], "
+                 "conv_kernel=[10,3,3], num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, "
+                 "num_labels=4)))", {"": "4000"}),
+    "mamba": ("Out(T.MambaForCausalLM(T.MambaConfig(vocab_size=500, hidden_size=64, state_size=8, "
+              "num_hidden_layers=2, expand=2, use_mambapy=False)))", IDS),
+    "rwkv4": ("Out(T.RwkvForCausalLM(T.RwkvConfig(vocab_size=500, hidden_size=64, num_hidden_layers=2, "
+              "attention_hidden_size=64, intermediate_size=128, context_length=64)))", IDS),
+    "roberta": ("Out(T.RobertaForSequenceClassification(T.RobertaConfig(vocab_size=500, hidden_size=64, "
+                "num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, "
+                "max_position_embeddings=40)))", TEXT),
+    "deberta-v2": ("Out(T.DebertaV2ForSequenceClassification(T.DebertaV2Config(vocab_size=500, hidden_size=64, "
+                   "num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, max_position_embeddings=40, "
+                   "relative_attention=True, position_buckets=8, pos_att_type=['p2c','c2p'])))", TEXT),
+    "gemma": ("Out(T.GemmaForCausalLM(T.GemmaConfig(vocab_size=500, hidden_size=64, intermediate_size=128, "
+              "num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, head_dim=16, "
+              "max_position_embeddings=64)))", IDS),
+    "modernbert": ("Out(T.ModernBertForSequenceClassification(T.ModernBertConfig(vocab_size=500, hidden_size=64, "
+                   "num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, max_position_embeddings=64, "
+                   "pad_token_id=0)))", TEXT),
 }
 
 
@@ -127,7 +165,7 @@ def calibration_file(name: str, folder: Path, shapes: dict, types: dict, n: int 
     return path
 
 
-def run_one(name: str, folder: Path, reps: int, threads: int, calibrate: bool = False) -> dict:
+def run_one(name: str, folder: Path, reps: int, threads: int, calibrate: bool = False, options: dict | None = None) -> dict:
     import edgesmith
 
     expr, given = ARCHITECTURES[name]
@@ -143,7 +181,7 @@ def run_one(name: str, folder: Path, reps: int, threads: int, calibrate: bool = 
     try:
         out = edgesmith.deploy(f"{src}:make", target="host-cpu", out=folder / "deploys" / name, tvm=False, reps=reps,
                                warmup=10, threads=threads, batch_sizes=(1,), input_shapes=shapes, input_types=types,
-                               force=True, **data)
+                               force=True, options=options, **data)
     except EdgesmithError as e:
         return {"model": name, "error": e.problem, "deploy_wall_s": time.perf_counter() - t0}
     r = json.loads((out / "report.json").read_text())
@@ -172,7 +210,8 @@ def run_one(name: str, folder: Path, reps: int, threads: int, calibrate: bool = 
             "deploy_wall_s": time.perf_counter() - t0}
 
 
-def run(folder: Path, names: list[str], reps: int, threads: int, calibrate: bool = False) -> dict:
+def run(folder: Path, names: list[str], reps: int, threads: int, calibrate: bool = False,
+        options: dict | None = None) -> dict:
     from tqdm import tqdm
 
     (folder / "factories").mkdir(parents=True, exist_ok=True)
@@ -180,8 +219,8 @@ def run(folder: Path, names: list[str], reps: int, threads: int, calibrate: bool
     bar = tqdm(names, desc="architectures", unit="model")
     for name in bar:
         bar.set_postfix_str(name)
-        rows.append(run_one(name, folder, reps, threads, calibrate))
-    return {"rows": rows, "reps": reps, "threads": threads, "calibrate": calibrate}
+        rows.append(run_one(name, folder, reps, threads, calibrate, options))
+    return {"rows": rows, "reps": reps, "threads": threads, "calibrate": calibrate, "options": options or {}}
 
 
 def markdown(res: dict) -> str:
@@ -197,6 +236,8 @@ def markdown(res: dict) -> str:
                      "tensor calibrated beyond +-1e30 (mask), as the int8 pass's notes say.")
         lines[2:4] = ["| model | MatMul/Gemm weights | fp32 -> int8 / int4 size | int8 SQNR (dB) | int4 SQNR (dB) | "
                       "p50 fp32 / int8 / int4 (measured) | int8 nodes kept fp32 |", "|---|---|---|---|---|---|---|"]
+    if res.get("options"):
+        lines[0] += " Deploy options: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in res["options"].items()) + "."
     for r in res["rows"]:
         if "error" in r:
             lines.append(f"| {r['model']} | refused: {r['error']} |" + " |" * (5 if res.get("calibrate") else 7))
@@ -251,10 +292,14 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--calibrate", action="store_true",
                     help="give each model 64 calibration samples: adds the int8 variant, scored on those samples")
+    ap.add_argument("--option", action="append", metavar="KEY=VALUE",
+                    help="a deploy option for every model, e.g. 'int8_op_types=[]' (onnxruntime's full int8 set)")
     a = ap.parse_args(argv)
+    options = parse_key_values(a.option, "--option")
     refuse_existing(a.out, a.force)
     t0 = time.perf_counter()
-    res = run(a.out.with_name(a.out.name + ".work"), a.only or list(ARCHITECTURES), a.reps, a.threads, a.calibrate)
+    res = run(a.out.with_name(a.out.name + ".work"), a.only or list(ARCHITECTURES), a.reps, a.threads, a.calibrate,
+              options)
     res["wall_seconds"] = time.perf_counter() - t0
     res["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     res["command"] = "python -m edgesmith.bench.benchmarks.shapes_architectures " + " ".join(argv or [])
