@@ -51,6 +51,7 @@ from edgesmith.compress.onnx_analysis import (
 )
 from edgesmith.compress.sensitivity import sensitivity_requested, sensitivity_table
 from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.models.kinds.tensor import INT8_WEIGHT_OP_TYPES
 
 CALIBRATIONS = ("minmax", "percentile")
 ACTIVATION_TYPES = ("uint8", "int8")
@@ -63,9 +64,9 @@ class Int8QdqConfig(PassConfig):
 
     ``calibration``: "minmax" or "percentile" (``percentile`` of the activation histogram, 99.99 by
     default). ``n_calibration``: how many calibration samples to use (the first ones given).
-    ``exclude``: node names kept in fp32. ``op_types``: the operator types to quantize, e.g. ["MatMul", "Gemm",
-    "Conv"] for the weight layers only; empty (the default) quantizes every type onnxruntime's QDQ quantizer knows,
-    residual Adds, Concats and Softmax included. ``activations``: "uint8" (asymmetric; onnxruntime's
+    ``exclude``: node names kept in fp32. ``op_types``: the operator types to quantize; the default is the layers
+    that hold weights (MatMul, Gemm, Conv, ConvTranspose, Gather); empty quantizes every type onnxruntime's QDQ
+    quantizer knows, residual Adds, Concats and Softmax included (onnxruntime's own default). ``activations``: "uint8" (asymmetric; onnxruntime's
     advice for x86, with or without VNNI) or "int8" (e.g. for ARM). ``reduce_range``: 7-bit weights, the fix
     onnxruntime documents for x86 CPUs without VNNI, whose u8s8 kernels (VPMADDUBSW) saturate 16-bit sums when
     the weights use the full int8 range; None decides by this machine's CPU (``x86_without_vnni``), where the
@@ -80,7 +81,7 @@ class Int8QdqConfig(PassConfig):
     percentile: float = 99.99
     n_calibration: int = 128
     exclude: tuple[str, ...] = ()
-    op_types: tuple[str, ...] = ()
+    op_types: tuple[str, ...] = INT8_WEIGHT_OP_TYPES
     activations: str = "uint8"
     allow_empty: bool = False  # accept a result with no layer quantized (otherwise that is an error)
     reduce_range: bool | None = None
@@ -350,7 +351,8 @@ def _int8_qdq(artifact: Artifact, config: Int8QdqConfig, ctx: PassContext) -> Pa
     out = ctx.workdir / "model.int8.onnx"
     meta = {**artifact.meta, "precision": "int8"}
     notes = [
-        ("operator types " + ", ".join(config.op_types) + " only; " if config.op_types else "")
+        ("operator types " + ", ".join(config.op_types) + " only; " if config.op_types else
+         "every operator type onnxruntime's quantizer knows (op_types empty); ")
         + f"activations {config.activations}, calibrated with {config.calibration}"
         + (f" ({config.percentile} percentile)" if config.calibration == "percentile" else "")
         + f" on {n_samples(calib)} samples"
@@ -358,7 +360,11 @@ def _int8_qdq(artifact: Artifact, config: Int8QdqConfig, ctx: PassContext) -> Pa
         "bits_per_weight counts, per quantized MatMul/Gemm/Conv weight, the int8 values plus one fp32 scale "
         "and one int8 zero point per output channel; biases and fp32 (skipped) layers are not counted.",
     ]
-    keep = tuple(n for n in index_arithmetic_nodes(fp32) if n not in config.exclude)
+    op_of = {n.name: n.op_type for n in fp32.graph.node}
+    def quantizable(name: str) -> bool:  # a node of a type int8 leaves alone needs no keeping, nor a note
+        return name not in config.exclude and (not config.op_types or op_of.get(name) in config.op_types)
+
+    keep = tuple(n for n in index_arithmetic_nodes(fp32) if quantizable(n))
     if keep:
         notes.append(f"{len(keep)} node(s) of float arithmetic that computes integer indices kept in fp32 (e.g. T5's "
                      "relative-position buckets, OPT's positions from the mask): quantized, they shift the indices")
@@ -371,7 +377,7 @@ def _int8_qdq(artifact: Artifact, config: Int8QdqConfig, ctx: PassContext) -> Pa
         _prepare(artifact.path, prepared, report.notes)
         with atomic_path(out, force=True) as t:
             _quantize(prepared, t, calib, config, cache, keep=keep)
-            masks = mask_nodes(fp32, cache, set(config.exclude) | set(keep))
+            masks = [n for n in mask_nodes(fp32, cache, set(keep)) if quantizable(n)]
             if masks:  # again with them in fp32, on the ranges already calibrated (the cache)
                 keep += tuple(masks)
                 report.notes.append(f"{len(masks)} node(s) reading or writing a mask-like tensor (calibrated range "

@@ -13,6 +13,7 @@ from edgesmith.compress.quant_int4 import Int4WeightOnlyConfig
 from edgesmith.compress.quant_int8 import Int8QdqConfig
 from edgesmith.hardware import PlanOptions, get_target
 from edgesmith.common import EdgesmithError
+from edgesmith.models.kinds.tensor import INT8_WEIGHT_OP_TYPES
 
 PRODUCER = SimpleNamespace(name="stub", kind="tensor", native_format="torch")  # not built: plans must not need a trained model
 
@@ -82,7 +83,9 @@ def test_int8_op_types_reach_every_int8_config_and_a_wrong_type_fails_at_the_pla
     assert v["int8"].passes[-1].op_types == v["pruned"].passes[-1].op_types == ("MatMul", "Gemm", "Conv")
     assert _by_name(get_target("jetson-orin-nano").plan(PRODUCER, opts))["int8"].passes[-1].op_types == \
         ("MatMul", "Gemm", "Conv")
-    assert _by_name(get_target("host-cpu").plan(PRODUCER, PlanOptions(tvm=False)))["int8"].passes[-1].op_types == ()
+    # the default is the weight layers; an empty list asks for onnxruntime's full set
+    assert _by_name(get_target("host-cpu").plan(PRODUCER, PlanOptions(tvm=False)))["int8"].passes[-1].op_types == \
+        INT8_WEIGHT_OP_TYPES
     with pytest.raises(EdgesmithError, match="op_types"):
         get_target("host-cpu").plan(PRODUCER, PlanOptions(tvm=False, options={"int8_op_types": ["Matmul"]}))
 
@@ -238,3 +241,8 @@ def test_the_c_decoder_is_a_token_lm_option_for_rwkv_torch_models():
         get_target("host-cpu").plan(graph, PlanOptions(options={"decoders": ["rwkv-c"]}))
     with pytest.raises(EdgesmithError, match="decoders"):
         get_target("host-cpu").plan(seven, PlanOptions(options={"decoders": ["tvm"]}))
+
+
+def test_an_empty_int8_op_types_asks_for_every_type_onnxruntime_quantizes():
+    opts = PlanOptions(tvm=False, options={"int8_op_types": []})
+    assert _by_name(get_target("host-cpu").plan(PRODUCER, opts))["int8"].passes[-1].op_types == ()
