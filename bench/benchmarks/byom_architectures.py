@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -275,7 +277,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     res = run(a.out.with_name(a.out.name + ".work"), a.quick, a.threads, a.reps)
     res["wall_seconds"] = time.perf_counter() - t0
-    res["command"] = "python -m edgesmith.bench.benchmarks.byom_architectures " + " ".join(argv or [])
+    res["command"] = ("python -m edgesmith.bench.benchmarks.byom_architectures "
+                      + shlex.join(sys.argv[1:] if argv is None else argv))
     print(write_claim(a.out, a.force, res, markdown, lambda folder: plot(res, folder)))
     return 0
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -302,7 +304,8 @@ def main(argv=None) -> int:
               options)
     res["wall_seconds"] = time.perf_counter() - t0
     res["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    res["command"] = "python -m edgesmith.bench.benchmarks.shapes_architectures " + " ".join(argv or [])
+    res["command"] = ("python -m edgesmith.bench.benchmarks.shapes_architectures "
+                      + shlex.join(sys.argv[1:] if argv is None else argv))
     print(write_claim(a.out, a.force, res, markdown, lambda folder: plot(res, folder)))
     return 0
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -171,7 +173,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     res = run(ks, a.perms, a.seed, 150 if a.quick else None, bruteforce=not a.quick)
     res.update(date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), quick=a.quick,
-               wall_seconds=time.perf_counter() - t0, command="python -m edgesmith.bench.benchmarks.skew_claim " + " ".join(argv or []))
+               wall_seconds=time.perf_counter() - t0, command="python -m edgesmith.bench.benchmarks.skew_claim "
+               + shlex.join(sys.argv[1:] if argv is None else argv))
     print(write_claim(out, a.force, res, to_markdown, lambda folder: plot(res, folder / "distinct_vs_k.png")))
     return 0
 
