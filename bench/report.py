@@ -31,6 +31,17 @@ def _fmt_j(j: float | None) -> str:
     return f"{j / 1e-12:.3g} pJ"
 
 
+def _coverage(layers: list[dict]) -> str:
+    """How much of the model a pass's bits/weight describes: it counts the quantized layers only, so a convnet whose
+    int4 pass reached only its classifier would otherwise read as a 5-bit model."""
+    if not layers:
+        return ""
+    done = [x for x in layers if x.get("action") == "quantized"]
+    total = sum(x.get("n_params") or 0 for x in layers)
+    share = f" ({100 * sum(x.get('n_params') or 0 for x in done) / total:.0f}% of their weights)" if total else ""
+    return f", on {len(done)} of {len(layers)} weight layers{share}"
+
+
 def _fmt_bytes(b: float | None) -> str:
     if b is None:
         return "-"
@@ -130,11 +141,14 @@ def render_markdown(report: dict) -> str:
     for v in report["variants"]:
         for p in v["pass_reports"]:
             cfg = p["config"]
+            skipped = p.get("skipped_layers") or []
             lines.append(
                 f"- **{v['name']}** / `{cfg['kind']}`: {_fmt_bytes(p['size_before_bytes'])} -> "
                 f"{_fmt_bytes(p['size_after_bytes'])}"
                 + (f", {p['bits_per_weight']:.2f} bits/weight" if p.get("bits_per_weight") is not None else "")
-                + (f", skipped: {', '.join(p['skipped_layers'])}" if p.get("skipped_layers") else "")
+                + _coverage(p.get("layers") or [])
+                + (f", skipped: {', '.join(skipped)}" if 0 < len(skipped) <= 4 else
+                   f", skipped: {len(skipped)} layers (the table below names them)" if skipped else "")
                 + f" ({p['seconds']:.2f} s)"
             )
             for note in p.get("notes", []):

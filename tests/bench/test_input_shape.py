@@ -47,6 +47,12 @@ def bag():
 def proj():
     torch.manual_seed(0)
     return Proj().eval()
+
+
+def cnn():  # two convolutions and a classifier: int4 (MatMulNBits) reaches only the classifier
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3),
+                               torch.nn.Flatten(), torch.nn.Linear(16 * 4 * 4, 4)).eval()
 '''
 
 
@@ -85,6 +91,17 @@ def test_an_embedding_model_given_only_typed_shapes_deploys_scored_by_fidelity_o
     assert any("int8 not built: no calibration data" in n for n in r["plan"]["notes"])
     (row,) = [x for x in r["results"] if x["variant"] == "fp32"]
     assert row["latency"]["1"]["provenance"] == "measured"
+
+
+def test_the_report_says_how_much_of_a_convnet_int4_reached(capsys, net, tmp_path):
+    # bits/weight counts quantized layers only: 5 bits on the classifier alone must not read as a 5-bit convnet
+    code, _, err = run_cli(capsys, "deploy", f"{net}:cnn", "--target", "host-cpu", "--input-shape", "3,8,8",
+                           "--out", tmp_path / "r", *FAST)
+    assert code == 0, err
+    md = (tmp_path / "r" / "report.md").read_text()
+    line = next(x for x in md.splitlines() if x.startswith("- **int4** / `int4-weight-only`"))
+    share = round(100 * (16 * 4 * 4 * 4) / (3 * 16 * 9 + 16 * 16 * 9 + 16 * 4 * 4 * 4))
+    assert f"bits/weight, on 1 of 3 weight layers ({share}% of their weights), skipped: " in line, line
 
 
 def test_without_the_type_an_embedding_model_is_told_to_give_one(capsys, net, tmp_path):
