@@ -234,16 +234,32 @@ def _node_macs(node, shapes) -> float | None:
 
 
 def _activation_names(graph, consts) -> list[str]:
-    """Graph inputs plus every node output computed from run-time data: what flows per call."""
+    """Graph inputs plus every node output computed from run-time data: what flows per call.
+
+    A QDQ pair marks a tensor stored in int8, not two more passes over it: the tensor a node writes only for
+    QuantizeLinear to read is written as the int8 output (counted once, at 1 byte), and an activation's
+    DequantizeLinear output is read as those int8 codes by the layer it feeds (onnxruntime's QDQ fusion and
+    TensorRT run it so), so neither fp32 copy is counted."""
     folded = set(consts)
-    names = [vi.name for vi in graph.input if vi.name not in consts]
+    inputs_of_graph = [vi.name for vi in graph.input if vi.name not in consts]
+    readers: dict[str, set[str]] = {}
+    for node in graph.node:
+        for i in node.input:
+            readers.setdefault(i, set()).add(node.op_type)
+    outputs = {o.name for o in graph.output}
+    names = list(inputs_of_graph)
     for node in graph.node:
         inputs = [i for i in node.input if i]
         if inputs and all(i in folded for i in inputs):
             # e.g. DequantizeLinear of an int8 weight: runtimes fold it at load time, not per call
             folded.update(node.output)
             continue
-        names.extend(o for o in node.output if o and o not in folded)
+        for o in node.output:
+            if not o or o in folded:
+                continue
+            if o not in outputs and (node.op_type == "DequantizeLinear" or readers.get(o) == {"QuantizeLinear"}):
+                continue  # an fp32 copy of an int8 tensor: the int8 one is what moves
+            names.append(o)
     return list(dict.fromkeys(names))
 
 

@@ -78,8 +78,25 @@ def test_onnx_qdq_graph_is_int8_and_folded_weight_dequant_is_not_an_activation(t
     w = workload_from_onnx(path)
     assert (w.precision, w.macs, w.n_layers) == ("int8", 12, 1)
     assert w.weight_bytes == 12 + 4 + 1 + 4 + 1
-    # x fp32 (16) + xq uint8 (4) + xd fp32 (16) + y fp32 (12); Wd is folded at load time
-    assert w.activation_bytes == 16 + 4 + 16 + 12
+    # x fp32 (16) + xq uint8 (4) + y fp32 (12): Wd is folded at load time, and xd is xq read by the fused MatMul
+    assert w.activation_bytes == 16 + 4 + 12
+
+
+def test_an_int8_tensor_between_two_layers_moves_once_at_one_byte(tmp_path):
+    # h is written only for QuantizeLinear and hd is read by the next MatMul: a runtime that fuses QDQ (onnxruntime,
+    # TensorRT) writes and reads hq, so int8 does not move more bytes than fp32 (it did: h, hq and hd all counted)
+    inits = [numpy_helper.from_array(np.ones((4, 4), np.float32), "W1"),
+             numpy_helper.from_array(np.ones((4, 3), np.float32), "W2"),
+             numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+             numpy_helper.from_array(np.array(128, np.uint8), "z")]
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h"]),
+             helper.make_node("QuantizeLinear", ["h", "s", "z"], ["hq"]),
+             helper.make_node("DequantizeLinear", ["hq", "s", "z"], ["hd"]),
+             helper.make_node("MatMul", ["hd", "W2"], ["y"])]
+    path = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])], inits)
+    # x fp32 (16) + hq uint8 (4) + y fp32 (12); the fp32 graph would move x, h (16) and y
+    assert workload_from_onnx(path).activation_bytes == 16 + 4 + 12
 
 
 def test_onnx_matmulnbits_counts_packed_weights_and_is_int4(tmp_path):
