@@ -241,13 +241,12 @@ def _activation_names(graph, consts) -> list[str]:
     DequantizeLinear output is read as those int8 codes by the layer it feeds (onnxruntime's QDQ fusion and
     TensorRT run it so), so neither fp32 copy is counted."""
     folded = set(consts)
-    inputs_of_graph = [vi.name for vi in graph.input if vi.name not in consts]
     readers: dict[str, set[str]] = {}
     for node in graph.node:
         for i in node.input:
             readers.setdefault(i, set()).add(node.op_type)
     outputs = {o.name for o in graph.output}
-    names = list(inputs_of_graph)
+    names = [vi.name for vi in graph.input if vi.name not in consts]
     for node in graph.node:
         inputs = [i for i in node.input if i]
         if inputs and all(i in folded for i in inputs):

@@ -151,8 +151,8 @@ def export_to_onnx(module, label: str, key: bytes, request: UserRequest, program
                 _export(program if program is not None else module, args, tmp, names, out_names, dynamo)
                 # a file that does not run, or computes something else, is not kept: the other exporter may do better
                 checked = _check_export(tmp, example, want, label, batch_dynamic)
-                via = "".join(f" by the dynamo exporter (the {x} exporter's file: {err.problem.rstrip('.')})"
-                              for x, err in refusals[:1])
+                via = (f" by the dynamo exporter (the {refusals[0][0]} exporter's file: "
+                       f"{refusals[0][1].problem.rstrip('.')})" if refusals else "")
                 via_file.write_text(via)
             notes.append(_export_note(*checked, via))
             return out, notes
@@ -167,8 +167,8 @@ def export_to_onnx(module, label: str, key: bytes, request: UserRequest, program
         others = [f"the {x} exporter's file " + err.problem.replace(f"the ONNX export of {label} ", "", 1).rstrip(".")
                   for x, err in refusals[1:]]
         others += [f"the other exporter failed: {e.splitlines()[0][:200]}" for e in errors if e]
-        raise EdgesmithError(f"{first.problem[:-1] if first.problem.endswith('.') else first.problem} (the {exporter} "
-                             f"exporter's file)" + "".join(f"; {o}" for o in others) + ".", first.fix)
+        raise EdgesmithError(f"{first.problem.rstrip('.')} (the {exporter} exporter's file)"
+                             + "".join(f"; {o}" for o in others) + ".", first.fix)
     msg = " | ".join(e.splitlines()[0][:200] for e in errors if e)
     op = next((failing_op(e) for e in errors if failing_op(e)), None)
     raise EdgesmithError(f"exporting {label} to ONNX failed" + (f" at operator {op}" if op else "") + f": {msg}",
