@@ -108,6 +108,22 @@ def cpu_identity(path: str = "/proc/cpuinfo") -> dict:
     return info
 
 
+def last_level_cache_bytes(cpu_dir: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int | None:
+    """Size of the CPU's last-level cache (sysfs; None where it is not exposed). A model whose bytes per token
+    fit in it need not stream from DRAM at all, so its ratio to a DRAM bound says little."""
+    best = None
+    for index in sorted(cpu_dir.glob("index*")):
+        try:
+            level, size = int((index / "level").read_text()), (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        units = {"K": 2**10, "M": 2**20, "G": 2**30}
+        n = int(size[:-1]) * units[size[-1]] if size[-1:] in units else int(size)
+        if best is None or level >= best[0]:
+            best = (level, n)
+    return best[1] if best else None
+
+
 def physical_memory_bytes() -> int:
     """Installed RAM as the OS reports it (pages x page size)."""
     try:

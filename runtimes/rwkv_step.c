@@ -14,6 +14,7 @@
  * codebook's scale plus its offset, and of wider SQ codes): signed codes q, per row and group a scale s and an
  * offset o, w = s q + o, in the same quad layout with 64 bytes per row and 64 inputs. The products run on
  * maddubs(|q|, sign(xq, q)) and the offsets through the activation group's sum.
+ * fp32 linears: an FMA dot product per row; a matrix wider than 2048 inputs comes in column panels (Mat.panel).
  * This is the step a decoder is bound by: every weight byte read once per token.
  */
 #include <immintrin.h>
@@ -27,6 +28,8 @@
 typedef struct {
     int rows, cols, group; /* group 0: fp32 weight w (rows x cols); else bits-bit codes (rows a multiple of 4) */
     int bits;              /* 4: q, s, z, w = s (q - z); 8: q (signed), s, o, w = s q + o */
+    int panel;             /* fp32: 0, w row-major; else w in column panels of this width (the last may be narrower),
+                            * panel after panel, each rows x its width row-major (see run_units) */
     const float *w;
     const uint8_t *q;      /* 4 bits: [rows / 4][cols / 64][4 rows][32 bytes]; 8 bits: [..][4 rows][64 bytes] */
     const float *s;        /* [rows / 4][cols / group][4 rows] */
@@ -82,17 +85,29 @@ static inline float hsum8(__m256 v) {
 }
 
 #ifndef PREFETCH_F32
-#define PREFETCH_F32 2048 /* bytes ahead of an fp32 row that the dot product asks the cache for (0: none) */
+#define PREFETCH_F32 2048 /* the default distance, bytes ahead of an fp32 row, that the dot product asks the cache for */
 #endif
 
-static float dot_f32(const float *w, const float *x, int n) {
+/* The fp32 dot product's software prefetch distance (bytes; 0: none, the hardware prefetcher alone). Its best value
+ * is the machine's: 2 KB took fp32 decode from 51.9 to 67.3 tokens/s on an Emerald Rapids VM, yet cost about 8% of
+ * the read rate on a Zen 4 VM, whose hardware prefetcher streams faster alone. rwkv_c_rt.py measures the choice
+ * once per machine (tuned_prefetch_f32) and sets it here; it never changes a result, only the speed. */
+static int prefetch_f32 = PREFETCH_F32;
+
+int rwkv_set_prefetch_f32(int bytes) {
+    if (bytes >= 0) prefetch_f32 = bytes;
+    return prefetch_f32;
+}
+
+/* PF a constant where it is 0, so that loop carries no prefetch at all. */
+static inline __attribute__((always_inline)) float dot_f32_pf(const float *w, const float *x, int n, const int pf) {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
     int j = 0;
     for (; j + 32 <= n; j += 32) {
-#if PREFETCH_F32
-        _mm_prefetch((const char *)(w + j) + PREFETCH_F32, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + j) + PREFETCH_F32 + 64, _MM_HINT_T0);
-#endif
+        if (pf) {
+            _mm_prefetch((const char *)(w + j) + pf, _MM_HINT_T0);
+            _mm_prefetch((const char *)(w + j) + pf + 64, _MM_HINT_T0);
+        }
         a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j), _mm256_loadu_ps(x + j), a0);
         a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j + 8), _mm256_loadu_ps(x + j + 8), a1);
         a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j + 16), _mm256_loadu_ps(x + j + 16), a2);
@@ -101,6 +116,16 @@ static float dot_f32(const float *w, const float *x, int n) {
     float t = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
     for (; j < n; j++) t += w[j] * x[j];
     return t;
+}
+
+static float dot_f32(const float *w, const float *x, int n) {
+    return prefetch_f32 ? dot_f32_pf(w, x, n, prefetch_f32) : dot_f32_pf(w, x, n, 0);
+}
+
+/* y = W x for a rows x cols fp32 matrix on the calling thread: what the prefetch tuning times. */
+int rwkv_f32_rows(const float *w, int rows, int cols, const float *x, float *y) {
+    for (int r = 0; r < rows; r++) y[r] = dot_f32(w + (long)r * cols, x, cols);
+    return 0;
 }
 
 /* x -> int8 codes per group of `group` (a multiple of 32; scale max|x| / 127, rounded to nearest even as
@@ -256,14 +281,30 @@ static inline long unit_bytes(const Mat *w) {
     return w->bits == 8 ? 4L * w->cols + 8L * 4 * w->cols / w->group : 2L * w->cols + 5L * 4 * w->cols / w->group;
 }
 
-static void run_unit(const Job *j, int u, const int8_t *xq, const float *xs, const float *xsx) {
+/* Units u0 .. u1 - 1 of one product. A wide fp32 matrix is read panel by panel: its rows' partial sums over the
+ * first panel, then the second, ... The input's slice that a panel reads stays in the L1 cache (8 KB at the
+ * panel width of 2048 floats or less that rwkv_c_rt.py picks); over a whole 7168-float row it did not, and rows of
+ * fv (2048 x 7168) streamed at 14.5-16 GB/s against 23-25 for the same bytes as panels on a Zen 4 VM. Each row's
+ * sum is taken in the same order (panel 0, 1, ...) whatever the thread count. */
+static void run_units(const Job *j, long u0, long u1, const int8_t *xq, const float *xs, const float *xsx) {
     const Mat *w = j->w;
     if (w->group) {
-        dot_quad(w, u, xq, xs, xsx, j->y);
+        for (long u = u0; u < u1; u++) dot_quad(w, (int)u, xq, xs, xsx, j->y);
         return;
     }
-    int end = (u + 1) * FP32_ROWS < w->rows ? (u + 1) * FP32_ROWS : w->rows;
-    for (int r = u * FP32_ROWS; r < end; r++) j->y[r] = dot_f32(w->w + (long)r * w->cols, j->x, w->cols);
+    const int r0 = (int)u0 * FP32_ROWS, r1 = u1 * FP32_ROWS < w->rows ? (int)u1 * FP32_ROWS : w->rows;
+    if (!w->panel || w->panel >= w->cols) {
+        for (int r = r0; r < r1; r++) j->y[r] = dot_f32(w->w + (long)r * w->cols, j->x, w->cols);
+        return;
+    }
+    for (int c0 = 0; c0 < w->cols; c0 += w->panel) {
+        const int width = c0 + w->panel <= w->cols ? w->panel : w->cols - c0;
+        const float *p = w->w + (long)w->rows * c0; /* the panels before this one are all full width */
+        for (int r = r0; r < r1; r++) {
+            const float t = dot_f32(p + (long)r * width, j->x + c0, width);
+            j->y[r] = c0 ? j->y[r] + t : t;
+        }
+    }
 }
 
 /* Every product of a batch (independent of each other) in one parallel region: each quantized job's input is
@@ -294,8 +335,7 @@ static void gemv_batch(const Model *m, const Job *jobs, int n) {
             /* units whose first byte lies in [lo, hi) */
             long u0 = lo > start[i] ? (lo - start[i] + c - 1) / c : 0, u1 = (hi - start[i] + c - 1) / c;
             if (u1 > job_units(jobs[i].w)) u1 = job_units(jobs[i].w);
-            for (long u = u0; u < u1; u++)
-                run_unit(&jobs[i], (int)u, m->xq + (long)i * width, m->xs + i * gw, m->xsx + i * gw);
+            run_units(&jobs[i], u0, u1, m->xq + (long)i * width, m->xs + i * gw, m->xsx + i * gw);
         }
     }
 }

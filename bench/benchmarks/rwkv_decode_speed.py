@@ -3,7 +3,7 @@
 
     python -m edgesmith.bench.benchmarks.rwkv_decode_speed [--version 7] [--n-layer 4] [--n-embd 1024] \
         [--tokens 64] [--threads 1 0] [--no-rwkvquant] [--runtimes onnxruntime rwkv-c] \
-        [--out bench/results/rwkv_decode/decode.json]
+        [--models fp32 int int-sym rwkvquant] [--prefetch-f32 BYTES] [--out bench/results/rwkv_decode/decode.json]
 
 The model has random weights (speed does not depend on their values) and is large enough that its
 fp32 linear weights (hundreds of MB) cannot stay in the CPU cache, so each token streams every
@@ -17,7 +17,8 @@ deploy graph (batch dimension dynamic, what ``edgesmith deploy`` writes) and the
 ``rwkv-c`` among ``--runtimes``, each model is also written by ``export-rwkv-c`` and decoded by the
 C decoder ("c": 4-bit codes as they are, on its AVX2 integer kernel; VQ layers as their exact 8-bit codes
 on its 8-bit kernel, so the RWKVQuant model's "c" row is the counterpart of its ``int8vq`` graphs; fp32 layers
-in fp32).
+in fp32, with the software prefetch distance measured fastest on this machine unless ``--prefetch-f32`` sets one;
+the output records which).
 
 The bound: the bytes one token must move (every initializer onnxruntime keeps, except that an embedding
 table is read one row; plus the recurrent state read and written) divided by the read bandwidth measured
@@ -46,6 +47,7 @@ from edgesmith.compress.rwkvquant.rtn import rtn_quantize
 from edgesmith.compress.rwkvquant.rwkvquant import linear_modules
 from edgesmith.compress.rwkvquant.tensors import QuantLinear
 from edgesmith.common import write_json
+from edgesmith.hardware.host_cpu import last_level_cache_bytes
 from edgesmith.models.rwkv.base import RWKVConfig
 from edgesmith.models.rwkv.checkpoint import build_model
 from edgesmith.runtimes import get_runtime
@@ -71,10 +73,10 @@ class CDecoder:
     """The C decoder (``export-rwkv-c``, runtime ``rwkv-c``) behind StepDecoder's interface: its state lives in
     the decoder, so ``zero_state`` resets it and the state passed around is None."""
 
-    def __init__(self, path: Path, threads: int):
+    def __init__(self, path: Path, threads: int, prefetch_f32: int | None = None):
         from edgesmith.runtimes.rwkv_c_rt import RWKVCDecoder
 
-        self.dec = RWKVCDecoder(path, threads=threads)
+        self.dec = RWKVCDecoder(path, threads=threads, prefetch_f32=prefetch_f32)
 
     def zero_state(self):
         self.dec.reset()
@@ -214,22 +216,6 @@ class ReadProbe:
         return {**out, "best": max(out.values())}
 
 
-def last_level_cache_bytes(cpu_dir: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int | None:
-    """Size of the CPU's last-level cache (sysfs; None where it is not exposed). A model whose bytes per token
-    fit in it need not stream from DRAM at all, so its ratio to a DRAM bound says little."""
-    best = None
-    for index in sorted(cpu_dir.glob("index*")):
-        try:
-            level, size = int((index / "level").read_text()), (index / "size").read_text().strip()
-        except (OSError, ValueError):
-            continue
-        units = {"K": 2**10, "M": 2**20, "G": 2**30}
-        n = int(size[:-1]) * units[size[-1]] if size[-1:] in units else int(size)
-        if best is None or level >= best[0]:
-            best = (level, n)
-    return best[1] if best else None
-
-
 def tokens_per_s(dec: StepDecoder, n: int) -> float:
     state = dec.zero_state()
     logits, state = dec.step(0, state)
@@ -348,6 +334,12 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 0], help="thread counts; 0 = all cores")
     ap.add_argument("--no-rwkvquant", action="store_true", help="skip the RWKVQuant graph (it takes a minute)")
+    ap.add_argument("--models", nargs="+", choices=("fp32", "int", "int-sym", "rwkvquant"),
+                    default=["fp32", "int", "int-sym", "rwkvquant"],
+                    help="which models to decode: fp32, RTN int BITS asymmetric and symmetric, RWKVQuant")
+    ap.add_argument("--prefetch-f32", type=int, default=None,
+                    help="the C decoder's fp32 prefetch distance in bytes (0: none); default: the one measured "
+                         "fastest on this machine, recorded in the output")
     ap.add_argument("--symmetric-ab", action="store_true",
                     help="only the int4 decode graphs, asymmetric vs symmetric, rounds interleaved and paired")
     ap.add_argument("--runtimes", nargs="+", default=["onnxruntime", "rwkv-c"], choices=("onnxruntime", "rwkv-c"),
@@ -357,8 +349,9 @@ def main(argv=None) -> int:
     threads = sorted({t if t > 0 else os.cpu_count() for t in a.threads})
     torch.set_num_threads(max(threads))
     m = random_model(a.version, a.n_layer, a.n_embd, a.head_size)
-    models = {"fp32": m, f"int{a.bits}": quantize_rtn(m, a.bits, a.group),
-              f"int{a.bits}-sym": quantize_rtn(m, a.bits, a.group, symmetric=True)}
+    build = {"fp32": lambda: m, "int": lambda: quantize_rtn(m, a.bits, a.group),
+             "int-sym": lambda: quantize_rtn(m, a.bits, a.group, symmetric=True)}
+    models = {k.replace("int", f"int{a.bits}"): make() for k, make in build.items() if k in a.models}
     llc = last_level_cache_bytes()
     res = {"model": m.cfg.to_dict(), "bits": a.bits, "group": a.group, "cpu_count": os.cpu_count(),
            "last_level_cache_bytes": llc,
@@ -369,15 +362,23 @@ def main(argv=None) -> int:
         if a.out:
             write_json(a.out, res)
         return 0
-    if not a.no_rwkvquant:
+    quant = "rwkvquant" in a.models and not a.no_rwkvquant
+    if quant:
         models[f"rwkvquant-{a.bits}bit"], res["rwkvquant"] = quantize_rwkvquant(m, a.bits)
+    if "rwkv-c" in a.runtimes and not why_unavailable():
+        from edgesmith.runtimes.rwkv_c_rt import tuned_prefetch_f32
+
+        res["c_prefetch_f32"] = ({"bytes": a.prefetch_f32, "provenance": "set by --prefetch-f32"}
+                                 if a.prefetch_f32 is not None else tuned_prefetch_f32())
+        print(f"C decoder's fp32 prefetch distance: {res['c_prefetch_f32']['bytes']} bytes "
+              f"({'measured fastest on this machine' if a.prefetch_f32 is None else 'set by --prefetch-f32'})")
     prompt = [1, 2, 3]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         probe = ReadProbe(threads)
         res["read_bandwidth_GBps"] = {str(t): [] for t in threads}  # every round's probe, best of the two streams
         variants = [(name, mod, "gather") for name, mod in models.items()]
-        if not a.no_rwkvquant:
+        if quant:
             variants.append((f"rwkvquant-{a.bits}bit-int8vq", models[f"rwkvquant-{a.bits}bit"], "int8"))
         graphs = ([("deploy", None), ("decode", 1)] if "onnxruntime" in a.runtimes else []) + \
             ([("c", None)] if "rwkv-c" in a.runtimes else [])
@@ -394,7 +395,7 @@ def main(argv=None) -> int:
                     entry = {"graph": graph, "runtime": "rwkv-c", "bytes_per_token": moved,
                              "linears": {r.name: r.action for r in exp.report.layers},
                              "same_tokens_as_torch": greedy_tokens(CDecoder(path, threads=1).dec.step, prompt, 16) == reference}
-                    make_decoder = lambda t, path=path: CDecoder(path, threads=t)  # noqa: E731
+                    make_decoder = lambda t, path=path: CDecoder(path, t, a.prefetch_f32)  # noqa: E731
                 else:
                     path = Path(tmp) / f"{name}-{graph}.onnx"
                     out = export_step_onnx(mod, path, accuracy_level=4, batch=batch, vq_form=vq_form)
@@ -456,7 +457,7 @@ def main(argv=None) -> int:
         if c:
             print(f"C decoder's 4-bit kernel, {t} thread(s), in cache ({c['matrix']}): {c['Gweights_per_s']:.1f} G weights/s")
     for name in (f"int{a.bits}", f"int{a.bits}-sym") if "onnxruntime" in a.runtimes else ():
-        for t in threads:
+        for t in threads if f"{name}/decode" in res["graphs"] else ():
             prof = res["graphs"][f"{name}/decode"][str(t)]["profile"]
             top = ", ".join(f"{op} {us:.0f}" for op, us in list(prof["kernel_us_per_step"].items())[:5])
             print(f"{name} decode graph, {t} thread(s), profiled kernel us per step: {top} "

@@ -5,6 +5,7 @@ import pytest
 
 from edgesmith.bench.benchmarks import rwkv_decode_speed
 from edgesmith.bench.benchmarks.rwkv_decode_speed import ReadProbe
+from edgesmith.compress.export_rwkv_c import why_unavailable
 
 
 def test_read_probe_measures_every_stream_and_bounds_with_the_fastest():
@@ -19,7 +20,7 @@ def test_read_probe_measures_every_stream_and_bounds_with_the_fastest():
 def test_the_c_read_probe_reads_every_float_on_any_thread_count():
     import numpy as np
 
-    from edgesmith.runtimes.rwkv_c_rt import library, why_unavailable
+    from edgesmith.runtimes.rwkv_c_rt import library
 
     if why_unavailable():
         pytest.skip(why_unavailable())
@@ -28,17 +29,6 @@ def test_the_c_read_probe_reads_every_float_on_any_thread_count():
     for t in (1, 2, 3):
         lib.rwkv_set_threads(t)
         assert lib.rwkv_read_probe(a.ctypes.data, a.size) == pytest.approx(float(a.sum(dtype=np.float64)), rel=1e-6)
-
-
-def test_last_level_cache_is_the_highest_level_sysfs_lists(tmp_path):
-    from edgesmith.bench.benchmarks.rwkv_decode_speed import last_level_cache_bytes
-
-    for i, (level, size) in enumerate([(1, "48K"), (2, "2048K"), (3, "307200K"), (1, "32K")]):
-        (tmp_path / f"index{i}").mkdir()
-        (tmp_path / f"index{i}" / "level").write_text(f"{level}\n")
-        (tmp_path / f"index{i}" / "size").write_text(f"{size}\n")
-    assert last_level_cache_bytes(tmp_path) == 300 * 2**20
-    assert last_level_cache_bytes(tmp_path / "absent") is None
 
 
 @pytest.mark.parametrize("version", [6, 7])
@@ -77,11 +67,26 @@ def test_decode_benchmark_pairs_each_round_with_its_own_bound(tmp_path, monkeypa
     assert len(c["int4"]["linears"]) == 2 * per_layer
     assert c["int4"]["bytes_per_token"]["total"] < c["fp32"]["bytes_per_token"]["total"]
     assert c["int4"]["1"]["c_kernel_in_cache"]["Gweights_per_s"] > 0
+    assert res["c_prefetch_f32"]["provenance"] == "measured"  # none set: the distance tuned on this machine
     llc = res["last_level_cache_bytes"]  # a tiny model fits in any last-level cache: every row says so
     assert llc is None or all(g["1"]["fits_in_last_level_cache"] for g in res["graphs"].values())
     prof = res["graphs"]["int4/decode"]["1"]["profile"]
     levels = (prof["matmulnbits_in_cache"], prof["matmulnbits_in_cache_fp32_compute"])
     assert [p["accuracy_level"] for p in levels] == [4, 0] and all(p["Gweights_per_s"] > 0 for p in levels)
+
+
+def test_decode_benchmark_takes_a_subset_of_models_and_a_set_prefetch(tmp_path, monkeypatch):
+    if why_unavailable():
+        pytest.skip(why_unavailable())
+    monkeypatch.setattr(rwkv_decode_speed, "ReadProbe",
+                        lambda t: ReadProbe(t, n_bytes=8 * 2**20, links=2, reps=1))
+    out = tmp_path / "decode.json"
+    assert rwkv_decode_speed.main(["--n-layer", "2", "--n-embd", "64", "--head-size", "16", "--tokens", "2",
+                                   "--rounds", "1", "--threads", "1", "--runtimes", "rwkv-c", "--models", "fp32",
+                                   "--prefetch-f32", "512", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert set(res["graphs"]) == {"fp32/c"} and "rwkvquant" not in res
+    assert res["c_prefetch_f32"] == {"bytes": 512, "provenance": "set by --prefetch-f32"}
 
 
 def test_symmetric_ab_interleaves_rounds_and_pairs_them(tmp_path):

@@ -4,7 +4,9 @@ from __future__ import annotations
 import pytest
 
 from edgesmith.hardware.base import Workload
-from edgesmith.hardware.host_cpu import HostCpu, HostCpuCostModel, cpu_identity, cpu_profile, physical_memory_bytes
+from edgesmith.hardware.host_cpu import (
+    HostCpu, HostCpuCostModel, cpu_identity, cpu_profile, last_level_cache_bytes, physical_memory_bytes,
+)
 from edgesmith.common import EdgesmithError
 
 # 1e6 MACs, 1000 64-bit words of weights, 100 words of activations
@@ -71,6 +73,15 @@ def test_cpu_identity_reads_the_first_processor_block(tmp_path):
     assert (info["vendor"], info["family"], info["model"]) == ("AuthenticAMD", 25, 17)
     assert info["model_name"] == "AMD EPYC 9654 96-Core Processor"
     assert cpu_identity(str(tmp_path / "missing"))["model_name"] == "unknown"
+
+
+def test_last_level_cache_is_the_highest_level_sysfs_lists(tmp_path):
+    for i, (level, size) in enumerate([(1, "48K"), (2, "2048K"), (3, "307200K"), (1, "32K")]):
+        (tmp_path / f"index{i}").mkdir()
+        (tmp_path / f"index{i}" / "level").write_text(f"{level}\n")
+        (tmp_path / f"index{i}" / "size").write_text(f"{size}\n")
+    assert last_level_cache_bytes(tmp_path) == 300 * 2**20
+    assert last_level_cache_bytes(tmp_path / "absent") is None
 
 
 def test_host_target_reports_this_machine():

@@ -12,7 +12,8 @@ from edgesmith.compress.export_rwkv_c import ExportRWKVCConfig, from_quad, unpac
 from edgesmith.models.rwkv.base import RWKVConfig
 from edgesmith.models.rwkv.checkpoint import build_model
 from edgesmith.runtimes import get_runtime
-from edgesmith.runtimes.rwkv_c_rt import RWKVCDecoder, why_unavailable
+from edgesmith.runtimes import rwkv_c_rt
+from edgesmith.runtimes.rwkv_c_rt import RWKVCDecoder, panel_width, to_panels, why_unavailable
 
 pytestmark = pytest.mark.skipif(bool(why_unavailable()), reason=why_unavailable() or "available")
 
@@ -205,3 +206,58 @@ def test_loading_the_decoder_does_not_import_torch():
 
     code = "import sys, edgesmith.runtimes.rwkv_c_rt; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def test_panel_layout_splits_wide_inputs_into_near_equal_panels():
+    assert [panel_width(c) for c in (64, 2048, 2049, 4096, 7168, 3000)] == [0, 0, 1056, 2048, 1792, 1504]
+    w = np.arange(3 * 3000, dtype=np.float32).reshape(3, 3000)
+    p = to_panels(w, 1504)  # a full panel, then a narrower last one (1496 columns)
+    np.testing.assert_array_equal(p[:3 * 1504].reshape(3, 1504), w[:, :1504])
+    np.testing.assert_array_equal(p[3 * 1504:].reshape(3, 1496), w[:, 1504:])
+
+
+def test_wide_fp32_matrices_read_as_panels_give_the_same_products(tmp_path):
+    # n_embd 640: the channel mix's value reads 2560 inputs, more than one panel holds
+    model = rwkv_model(n_embd=640, head_size=64)
+    path = export(model, tmp_path).path
+    dec = RWKVCDecoder(path, threads=1)
+    assert set(dec.panels_) == {"L0.fv", "L1.fv"} and "L0.fv.w" not in dec.arrays_
+    x = np.random.default_rng(6).standard_normal(2560).astype(np.float32)
+    w = model.blocks[0].ffn.value.weight.detach().numpy()
+    np.testing.assert_allclose(dec.gemv("L0.fv", x), w.astype(np.float64) @ x, rtol=1e-4, atol=1e-4)
+    tokens = [5, 17, 200, 3]
+    two = RWKVCDecoder(path, threads=2)
+    steps = []
+    for t in tokens:  # the panels' partial sums are added in one order whatever the thread count
+        steps.append(dec.step(t))
+        np.testing.assert_array_equal(steps[-1], two.step(t))
+    np.testing.assert_allclose(np.stack(steps), torch_logits(model, tokens), atol=2e-4, rtol=1e-4)
+
+
+def test_prefetch_distance_changes_speed_not_results(tmp_path):
+    path = export(rwkv_model(n_embd=640, head_size=64), tmp_path).path
+    off, far = RWKVCDecoder(path, prefetch_f32=0), RWKVCDecoder(path, prefetch_f32=4096)
+    for t in (1, 2, 3):
+        np.testing.assert_array_equal(off.step(t), far.step(t))
+    for bad in (-1, 2.5, True, 10**6):
+        with pytest.raises(EdgesmithError, match="prefetch_f32"):
+            RWKVCDecoder(path, prefetch_f32=bad)
+
+
+def test_prefetch_tuning_is_measured_once_per_machine_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGESMITH_CACHE", str(tmp_path))
+    monkeypatch.setattr(rwkv_c_rt, "tuning_bytes", lambda: 4 * 2**20)  # small: the test checks the bookkeeping
+    rec = rwkv_c_rt.tuned_prefetch_f32()
+    assert rec["bytes"] in rwkv_c_rt.PREFETCH_CHOICES and rec["provenance"] == "measured"
+    assert set(rec["rates_GBps"]) == {str(d) for d in rwkv_c_rt.PREFETCH_CHOICES}
+    assert rec["rates_GBps"][str(rec["bytes"])] == max(rec["rates_GBps"].values())
+    [saved] = (tmp_path / "c_rt").glob("prefetch-f32-*.json")
+
+    def measure_again(*args, **kwargs):
+        raise AssertionError("measured again although the record is cached")
+
+    monkeypatch.setattr(rwkv_c_rt, "measure_prefetch_f32", measure_again)
+    assert rwkv_c_rt.tuned_prefetch_f32() == rec
+    saved.write_text('{"cpu": "another machine", "bytes": 512}')  # a record that is not this machine's is remeasured
+    with pytest.raises(AssertionError, match="measured again"):
+        rwkv_c_rt.tuned_prefetch_f32()
