@@ -621,7 +621,8 @@ int rwkv_gemv(const Model *m, const Mat *w, const float *x, float *y) {
 }
 
 /* The read bandwidth probe of the decode benchmark: n floats summed on n_threads threads, each a contiguous
- * share, with the same software prefetch as the kernels; the sum keeps the reads from being optimised away. */
+ * share, with the fp32 dot product's prefetch distance (prefetch_f32, which the benchmark sets to the one tuned on
+ * this machine); the sum keeps the reads from being optimised away. */
 double rwkv_read_probe(const float *a, long n) {
     double total = 0.0;
 #pragma omp parallel reduction(+ : total) if (n_threads > 1)
@@ -633,9 +634,12 @@ double rwkv_read_probe(const float *a, long n) {
 #endif
         long lo = (n / 32) * t / nt * 32, hi = (n / 32) * (t + 1) / nt * 32;
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+        const int pf = prefetch_f32;
         for (long j = lo; j < hi; j += 32) {
-            _mm_prefetch((const char *)(a + j) + PREFETCH, _MM_HINT_T0);
-            _mm_prefetch((const char *)(a + j) + PREFETCH + 64, _MM_HINT_T0);
+            if (pf) {
+                _mm_prefetch((const char *)(a + j) + pf, _MM_HINT_T0);
+                _mm_prefetch((const char *)(a + j) + pf + 64, _MM_HINT_T0);
+            }
             a0 = _mm256_add_ps(a0, _mm256_loadu_ps(a + j));
             a1 = _mm256_add_ps(a1, _mm256_loadu_ps(a + j + 8));
             a2 = _mm256_add_ps(a2, _mm256_loadu_ps(a + j + 16));

@@ -22,8 +22,8 @@ the output records which).
 
 The bound: the bytes one token must move (every initializer onnxruntime keeps, except that an embedding
 table is read one row; plus the recurrent state read and written) divided by the read bandwidth measured
-at the same thread count right before each round (``ReadProbe``: the faster of a torch sum of a 512 MiB
-float32 array and onnxruntime's fp32 MatMul streaming 384 MiB of weights). ``--threads 0`` means all cores.
+at the same thread count right before each round (``ReadProbe``: the fastest of a torch sum of a 512 MiB
+float32 array, onnxruntime's fp32 MatMul streaming 384 MiB of weights and the C decoder's own read loop). ``--threads 0`` means all cores.
 Reports tokens/s (median of ``--rounds`` runs of ``--tokens`` greedy steps, after warm-up), the bound, the
 median over rounds of their ratio (each round against its own probe: on a shared machine both move with the
 load) and, conservatively, the ratio against the best bandwidth any probe of the run saw; everything MEASURED.
@@ -161,7 +161,8 @@ class ReadProbe:
     """The read bandwidth a token's weights can stream at, per thread count in ``threads``, measured three ways: a
     torch float32 sum of an ``n_bytes`` array, onnxruntime's own fp32 MatMul over a chain of ``links`` batch-1
     products with 1024 x 4096 weights (16 MiB each: the decode's access pattern), and, where the C decoder
-    builds, its own read loop over the same array (AVX2 loads with the kernels' software prefetch). The bound
+    builds, its own read loop over the same array (AVX2 loads with the fp32 kernel's prefetch distance tuned on this
+    machine). The bound
     uses the fastest: a bound some kernel beats is no bound. Called once per decode round, so the bound moves
     with a shared machine's load. One array and one chain serve every thread count (a session per count)."""
 
@@ -188,9 +189,9 @@ class ReadProbe:
             sess.run(None, self.x)
         self.c_lib = None
         if not why_unavailable():
-            from edgesmith.runtimes.rwkv_c_rt import library
+            from edgesmith.runtimes.rwkv_c_rt import library, tuned_prefetch_f32
 
-            self.c_lib = library()
+            self.c_lib, self.c_prefetch = library(), tuned_prefetch_f32()["bytes"]
 
     def __call__(self, threads: int) -> dict:
         """Bytes/s of each stream on ``threads`` threads (best of ``reps``) and the faster of the two."""
@@ -206,6 +207,7 @@ class ReadProbe:
             t_mm = min(t_mm, time.perf_counter() - t)
             if self.c_lib is not None:
                 self.c_lib.rwkv_set_threads(threads)
+                self.c_lib.rwkv_set_prefetch_f32(self.c_prefetch)
                 t = time.perf_counter()
                 self.c_lib.rwkv_read_probe(self.array.data_ptr(), self.array.numel())
                 t_c = min(t_c, time.perf_counter() - t)
