@@ -244,13 +244,20 @@ def test_prefetch_distance_changes_speed_not_results(tmp_path):
             RWKVCDecoder(path, prefetch_f32=bad)
 
 
+def test_prefetch_choice_is_the_shortest_distance_within_the_margin_of_the_fastest():
+    assert rwkv_c_rt.choose_prefetch({0: 23.6, 512: 23.5, 2048: 23.65}) == 0  # a tie within noise: no prefetch
+    assert rwkv_c_rt.choose_prefetch({0: 20.0, 512: 20.5, 1024: 21.0, 2048: 26.0}) == 2048  # 30% faster: taken
+    assert rwkv_c_rt.choose_prefetch({0: 20.0, 512: 25.0, 1024: 25.5}) == 512
+
+
 def test_prefetch_tuning_is_measured_once_per_machine_and_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGESMITH_CACHE", str(tmp_path))
     monkeypatch.setattr(rwkv_c_rt, "tuning_bytes", lambda: 4 * 2**20)  # small: the test checks the bookkeeping
     rec = rwkv_c_rt.tuned_prefetch_f32()
     assert rec["bytes"] in rwkv_c_rt.PREFETCH_CHOICES and rec["provenance"] == "measured"
     assert set(rec["rates_GBps"]) == {str(d) for d in rwkv_c_rt.PREFETCH_CHOICES}
-    assert rec["rates_GBps"][str(rec["bytes"])] == max(rec["rates_GBps"].values())
+    rates = {int(d): r for d, r in rec["rates_GBps"].items()}
+    assert rec["bytes"] == rwkv_c_rt.choose_prefetch(rates)
     [saved] = (tmp_path / "c_rt").glob("prefetch-f32-*.json")
 
     def measure_again(*args, **kwargs):
