@@ -209,7 +209,7 @@ def to_panels(w: np.ndarray, width: int) -> np.ndarray:
 class RWKVCDecoder:
     """Greedy-decoding engine over one ``export-rwkv-c`` file: ``step(token)`` -> logits (a fresh array).
     ``prefetch_f32``: the fp32 dot product's software prefetch distance in bytes (0: none); None takes the one
-    measured fastest on this machine (``tuned_prefetch_f32``). It changes the speed, never a result."""
+    tuned on this machine (``tuned_prefetch_f32``). It changes the speed, never a result."""
 
     def __init__(self, path, threads: int | None = 1, prefetch_f32: int | None = None):
         if prefetch_f32 is not None and (isinstance(prefetch_f32, bool) or not isinstance(prefetch_f32, int)

@@ -17,8 +17,8 @@ deploy graph (batch dimension dynamic, what ``edgesmith deploy`` writes) and the
 ``rwkv-c`` among ``--runtimes``, each model is also written by ``export-rwkv-c`` and decoded by the
 C decoder ("c": 4-bit codes as they are, on its AVX2 integer kernel; VQ layers as their exact 8-bit codes
 on its 8-bit kernel, so the RWKVQuant model's "c" row is the counterpart of its ``int8vq`` graphs; fp32 layers
-in fp32, with the software prefetch distance measured fastest on this machine unless ``--prefetch-f32`` sets one;
-the output records which).
+in fp32, with the software prefetch distance tuned on this machine (``tuned_prefetch_f32``) unless
+``--prefetch-f32`` sets one; the output records which).
 
 The bound: the bytes one token must move (every initializer onnxruntime keeps, except that an embedding
 table is read one row; plus the recurrent state read and written) divided by the read bandwidth measured
@@ -340,8 +340,8 @@ def main(argv=None) -> int:
                     default=["fp32", "int", "int-sym", "rwkvquant"],
                     help="which models to decode: fp32, RTN int BITS asymmetric and symmetric, RWKVQuant")
     ap.add_argument("--prefetch-f32", type=int, default=None,
-                    help="the C decoder's fp32 prefetch distance in bytes (0: none); default: the one measured "
-                         "fastest on this machine, recorded in the output")
+                    help="the C decoder's fp32 prefetch distance in bytes (0: none); default: the one tuned "
+                         "on this machine, recorded in the output")
     ap.add_argument("--symmetric-ab", action="store_true",
                     help="only the int4 decode graphs, asymmetric vs symmetric, rounds interleaved and paired")
     ap.add_argument("--runtimes", nargs="+", default=["onnxruntime", "rwkv-c"], choices=("onnxruntime", "rwkv-c"),
@@ -373,7 +373,7 @@ def main(argv=None) -> int:
         res["c_prefetch_f32"] = ({"bytes": a.prefetch_f32, "provenance": "set by --prefetch-f32"}
                                  if a.prefetch_f32 is not None else tuned_prefetch_f32())
         print(f"C decoder's fp32 prefetch distance: {res['c_prefetch_f32']['bytes']} bytes "
-              f"({'measured fastest on this machine' if a.prefetch_f32 is None else 'set by --prefetch-f32'})")
+              f"({'tuned on this machine' if a.prefetch_f32 is None else 'set by --prefetch-f32'})")
     prompt = [1, 2, 3]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
