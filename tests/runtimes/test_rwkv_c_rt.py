@@ -216,13 +216,14 @@ def test_panel_layout_splits_wide_inputs_into_near_equal_panels():
     np.testing.assert_array_equal(p[3 * 1504:].reshape(3, 1496), w[:, 1504:])
 
 
-def test_wide_fp32_matrices_read_as_panels_give_the_same_products(tmp_path):
-    # n_embd 640: the channel mix's value reads 2560 inputs, more than one panel holds
-    model = rwkv_model(n_embd=640, head_size=64)
+@pytest.mark.parametrize("version", [6, 7])
+def test_wide_fp32_matrices_read_as_panels_give_the_same_products(tmp_path, version):
+    # n_embd 640: the channel mix's value reads 2240 (RWKV-6) or 2560 (RWKV-7) inputs, more than one panel holds
+    model = rwkv_model(n_embd=640, head_size=64, version=version)
     path = export(model, tmp_path).path
     dec = RWKVCDecoder(path, threads=1)
     assert set(dec.panels_) == {"L0.fv", "L1.fv"} and "L0.fv.w" not in dec.arrays_
-    x = np.random.default_rng(6).standard_normal(2560).astype(np.float32)
+    x = np.random.default_rng(6).standard_normal(model.blocks[0].ffn.value.in_features).astype(np.float32)
     w = model.blocks[0].ffn.value.weight.detach().numpy()
     np.testing.assert_allclose(dec.gemv("L0.fv", x), w.astype(np.float64) @ x, rtol=1e-4, atol=1e-4)
     tokens = [5, 17, 200, 3]
