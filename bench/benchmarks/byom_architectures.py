@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import sys
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 
-from edgesmith.bench.benchmarks.claim_io import refuse_existing, write_claim
+from edgesmith.bench.benchmarks.claim_io import claim_command, refuse_existing, write_claim
 from edgesmith.common import EdgesmithError
 
 SAMPLES = 64
@@ -277,8 +275,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     res = run(a.out.with_name(a.out.name + ".work"), a.quick, a.threads, a.reps)
     res["wall_seconds"] = time.perf_counter() - t0
-    res["command"] = ("python -m edgesmith.bench.benchmarks.byom_architectures "
-                      + shlex.join(sys.argv[1:] if argv is None else argv))
+    res["command"] = claim_command("edgesmith.bench.benchmarks.byom_architectures", argv)
     print(write_claim(a.out, a.force, res, markdown, lambda folder: plot(res, folder)))
     return 0
 

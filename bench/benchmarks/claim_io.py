@@ -8,6 +8,15 @@ from typing import Callable
 from edgesmith.common import atomic_path, check_output, write_json
 
 
+def claim_command(module: str, argv: list[str] | None) -> str:
+    """The command that reproduces a run, as recorded in its table: ``python -m MODULE`` and the arguments (``argv``,
+    or the process's own when None), each quoted as a shell needs it (``--option 'int8_op_types=[]'``)."""
+    import shlex
+    import sys
+
+    return f"python -m {module} " + shlex.join(sys.argv[1:] if argv is None else argv)
+
+
 def refuse_existing(out: Path, force: bool) -> None:
     """Fail before an expensive run when ``out`` exists and ``--force`` was not given."""
     check_output(out, force=force, folder=True)

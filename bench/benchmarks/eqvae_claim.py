@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from edgesmith.bench.benchmarks.claim_io import claim_command
 from edgesmith.common import atomic_path, write_json
 from edgesmith.models.eqvae.model import Transform
 from edgesmith.models.eqvae.producer import EqvaeProducer
@@ -164,7 +164,7 @@ def main(argv=None) -> None:
         notes = verdict(summary)
         write_json(tmp / "table.json", {
             "claim": "EQ-VAE fine-tuning lowers the equivariance error without degrading reconstruction",
-            "command": "python -m edgesmith.bench.benchmarks.eqvae_claim " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": claim_command("edgesmith.bench.benchmarks.eqvae_claim", argv),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "seeds": args.seeds, "quick": args.quick, "settings": settings, "summary": summary,
             "runs": runs, "notes": notes, "wall_s": time.perf_counter() - t0})

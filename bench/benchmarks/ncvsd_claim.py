@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from edgesmith.bench.benchmarks.claim_io import claim_command
 from edgesmith.common import atomic_path, write_json
 from edgesmith.models.ncvsd.nets import Generator
 from edgesmith.models.ncvsd.producer import NcvsdProducer
@@ -146,7 +146,7 @@ def main(argv=None) -> None:
         prod = NcvsdProducer(seed=args.seeds[0], tiny=args.quick, dim=args.dim)
         write_json(tmp / "table.json", {
             "claim": "one-step generation from pure noise; more sampling steps give better samples",
-            "command": "python -m edgesmith.bench.benchmarks.ncvsd_claim " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": claim_command("edgesmith.bench.benchmarks.ncvsd_claim", argv),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "seeds": args.seeds, "steps": steps, "quick": args.quick, "n_eval": prod.n_eval,
             "settings": {"teacher": prod.gmm_cfg.to_dict(), "net": prod.net_cfg.to_dict(),

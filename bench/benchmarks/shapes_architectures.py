@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import sys
 import time
 from pathlib import Path
 
-from edgesmith.bench.benchmarks.claim_io import refuse_existing, write_claim
+from edgesmith.bench.benchmarks.claim_io import claim_command, refuse_existing, write_claim
 from edgesmith.bench.recipe import parse_key_values
 from edgesmith.common import EdgesmithError
 
@@ -304,8 +302,7 @@ def main(argv=None) -> int:
               options)
     res["wall_seconds"] = time.perf_counter() - t0
     res["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    res["command"] = ("python -m edgesmith.bench.benchmarks.shapes_architectures "
-                      + shlex.join(sys.argv[1:] if argv is None else argv))
+    res["command"] = claim_command("edgesmith.bench.benchmarks.shapes_architectures", argv)
     print(write_claim(a.out, a.force, res, markdown, lambda folder: plot(res, folder)))
     return 0
 

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import shlex
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from edgesmith.bench.benchmarks.claim_io import refuse_existing, write_claim
+from edgesmith.bench.benchmarks.claim_io import claim_command, refuse_existing, write_claim
 from edgesmith.common import EdgesmithError, atomic_path
 from edgesmith.models.skew.producer import atlas_graphs, permute_graphs
 from edgesmith.models.skew.spectrum import correlation_bruteforce, skew_spectrum, spectrum_patterns
@@ -173,8 +171,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     res = run(ks, a.perms, a.seed, 150 if a.quick else None, bruteforce=not a.quick)
     res.update(date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), quick=a.quick,
-               wall_seconds=time.perf_counter() - t0, command="python -m edgesmith.bench.benchmarks.skew_claim "
-               + shlex.join(sys.argv[1:] if argv is None else argv))
+               wall_seconds=time.perf_counter() - t0,
+               command=claim_command("edgesmith.bench.benchmarks.skew_claim", argv))
     print(write_claim(out, a.force, res, to_markdown, lambda folder: plot(res, folder / "distinct_vs_k.png")))
     return 0
 
