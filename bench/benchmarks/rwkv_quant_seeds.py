@@ -1,4 +1,4 @@
-"""RTN, GPTQ, GPTVQ and RWKVQuant on the large reference models, with 95% intervals over calibration seeds.
+"""RTN, GPTQ, GPTVQ and RWKVQuant on the reference models, with 95% intervals over calibration seeds.
 
     python -m edgesmith.bench.benchmarks.rwkv_quant_seeds [--workers N] [--models rwkv7-ref] \
         [--out-dir bench/results/rwkv_quant_seeds] [--sweep-dir DIR]
@@ -6,6 +6,9 @@
 
 (the second makes one table of sweep folders the first already ran, one per model, say, each with ``--models``;
 each folder's ``sweep.json`` names the recipe it ran)
+
+The reference's size is the recipe's ``model_options.size`` ("large" in the recipes below; without it the
+shipped 2-layer x 128 pair, as in ``rwkv-quant-seeds-small.toml``); a table holds one size per model.
 
 The cells are an ``edgesmith sweep`` (``bench/recipes/sweeps/rwkv-quant-seeds.toml``): the 6-layer x 512
 reference models (``model_options.size = "large"``; train them first, see ``models/rwkv/train.py``), each
@@ -82,6 +85,17 @@ def interval(values) -> dict:
     sd = float(v.std(ddof=1)) if len(v) > 1 else 0.0
     half = float(stats.t.ppf(0.975, len(v) - 1) * sd / math.sqrt(len(v))) if len(v) > 1 else 0.0
     return {"mean": float(v.mean()), "sd": sd, "ci95": half, "n": int(len(v))}
+
+
+def reference_size(report: dict) -> str:
+    """The size of the reference model a cell quantized (``model_options.size`` of its sweep spec, which
+    ``with_spec`` copies into the report; the producer's default, "small", without one)."""
+    return report.get("model_options", {}).get("size", "small")
+
+
+def with_spec(report: dict, spec: dict | None) -> dict:
+    """The deploy report of a sweep cell with the model options of its spec, which name the reference's size."""
+    return {**report, "model_options": dict((spec or {}).get("model_options", {}))}
 
 
 def _quant_cell(report: dict) -> dict:
@@ -254,10 +268,11 @@ def fidelity_of_cells(sweep_dir: Path, keys: list[str], reports: list[dict], log
 
     files = {**FIDELITY, **({"test_nll": test_file(test_windows)} if test_windows else {})}
     refs: dict = {}
+    sizes = _sizes(reports)
 
     def reference(model):  # the reference's figures, each computed at most once and only when a cell needs it
         if model not in refs:
-            producer = get_producer(model, size="large").build()
+            producer = get_producer(model, size=sizes[model]).build()
             ref, windows = producer.module_.eval(), producer.eval_windows()
             test = functools.cache(lambda: producer.heldout_windows(test_windows))
             refs[model] = (ref, windows, functools.cache(lambda: reference_scores(ref, windows)), test,
@@ -347,12 +362,25 @@ def percentile_choices(reports: list[dict]) -> tuple[list[int], dict]:
     return [i for i in range(len(reports)) if i not in drop], choices
 
 
+def _sizes(reports: list[dict]) -> dict[str, str]:
+    """Each model's reference size; one per model, or the cells would compare different models."""
+    sizes: dict[str, set] = {}
+    for r in reports:
+        sizes.setdefault(r["model"], set()).add(reference_size(r))
+    for model, found in sizes.items():
+        if len(found) > 1:
+            raise EdgesmithError(f"{model}: cells of reference sizes {', '.join(sorted(found))} in one table.",
+                                 "make one table per size (a sweep folder per recipe).")
+    return {m: found.pop() for m, found in sizes.items()}
+
+
 def seed_table(reports: list[dict]) -> list[dict]:
     """Per model: fp32, then per bit width every method's per-seed perplexities with mean and 95% interval of the
     increase over fp32, and the goal ratio. Each model needs exactly one fp32 cell. RWKVQuant at several
     percentiles: its row is the one ``percentile_choices`` picks on validation text, with the candidates beside it."""
     kept, choices = percentile_choices(reports)
     reports = [reports[i] for i in kept]
+    sizes = _sizes(reports)
     models: dict = {}
     for report in reports:
         models.setdefault(report["model"], []).append(_quant_cell(report))
@@ -408,12 +436,12 @@ def seed_table(reports: list[dict]) -> list[dict]:
                     goal["test"] = _paired_ratio(by_method["rwkvquant"],
                                                  min(base, key=lambda r: r["test_dppl_stats"]["mean"]), "test_dppl")
                 goals.append(goal)
-        results.append({"model": name, "fp32_ppl": fp, "eval_tokens": fps[0]["n_tokens"],
+        results.append({"model": name, "size": sizes[name], "fp32_ppl": fp, "eval_tokens": fps[0]["n_tokens"],
                         "fp32_size_bytes": fps[0]["size_bytes"], "rows": rows, "goals": goals})
     return results
 
 
-def weight_kurtosis(model: str, size: str = "large") -> dict:
+def weight_kurtosis(model: str, size: str) -> dict:
     """Excess kurtosis of each block linear (att/ffn weight matrices) of a reference model: -1.2 is uniform,
     0 Gaussian, trained LLM checkpoints are far above 0."""
     from scipy import stats
@@ -499,7 +527,7 @@ def _decision_lines(costs: list[dict]) -> list[str]:
     return lines
 
 
-def weight_facts(model: str, size: str = "large") -> dict | None:
+def weight_facts(model: str, size: str) -> dict | None:
     """How the reference weights the table scores were trained (the facts file ``train`` writes beside them:
     steps, batch, learning rate, device, held-out perplexity), or None when there is none."""
     import json
@@ -519,7 +547,7 @@ def run_seeds(recipe: Path, sweep_dir: Path, *, models=None, workers: int | None
 
     def run(select):
         sweep = require_done(run_sweep(recipe, sweep_dir, workers=workers, ray=ray, log=log, select=select), sweep_dir)
-        return sweep, [cell_report(sweep_dir, c["key"]) for c in sweep["cells"]]
+        return sweep, [with_spec(cell_report(sweep_dir, c["key"]), c.get("spec")) for c in sweep["cells"]]
 
     def wanted(cell):
         return models is None or cell.spec["model"] in models
@@ -558,7 +586,8 @@ def finished_sweep(sweep_dir: Path) -> tuple[dict, list[tuple[Path, str, dict]]]
         raise EdgesmithError(f"{sweep_dir} holds no sweep report (sweep.json).",
                              "name a folder that a run of this script (--sweep-dir) wrote.")
     sweep = require_done(json.loads(path.read_text()), sweep_dir)
-    return sweep["run"], [(Path(sweep_dir), c["key"], cell_report(sweep_dir, c["key"])) for c in sweep["cells"]]
+    return sweep["run"], [(Path(sweep_dir), c["key"], with_spec(cell_report(sweep_dir, c["key"]), c.get("spec")))
+                          for c in sweep["cells"]]
 
 
 def table_of_sweeps(cells: list[tuple[Path, str, dict]], *, test_windows: int = 0,
@@ -583,8 +612,8 @@ def write_tables(out_dir: Path, results: list[dict], costs: dict, payload: dict)
     results and plot to ``out_dir`` (``payload`` says where they came from); returns the Markdown."""
     for res in results:
         res["decisions"] = costs.get(res["model"], [])
-        res["kurtosis"] = weight_kurtosis(res["model"])
-        res["weights"] = weight_facts(res["model"])
+        res["kurtosis"] = weight_kurtosis(res["model"], res["size"])
+        res["weights"] = weight_facts(res["model"], res["size"])
     md = markdown(results)
     write_outputs(out_dir, "_".join(r["model"] for r in results), {**payload, "models": results}, md, plot(results),
                   "dppl_vs_bpw")
@@ -606,13 +635,13 @@ def markdown(results: list[dict]) -> str:
     lines = []
     for res in results:
         kurt = res.get("kurtosis")
-        lines += [f"### {res['model']} large (fp32 perplexity {res['fp32_ppl']:.4f} on {res['eval_tokens']} bytes, "
+        lines += [f"### {res['model']} {res.get('size', 'small')} (fp32 perplexity {res['fp32_ppl']:.4f} on {res['eval_tokens']} bytes, "
                   f"{res['fp32_size_bytes'] / 1e6:.1f} MB)", ""]
         facts = res.get("weights")
         if facts:
             st = facts["settings"]
             lines += [f"Weights: {st['steps']} steps of {st['batch']} x {st['seq_len']} bytes, lr {st['lr']:g}, "
-                      f"weight decay {st['weight_decay']:g}, seed {st['seed']}, on {facts['device']} "
+                      f"weight decay {st['weight_decay']:g}, seed {st['seed']}, on {facts.get('device', 'cpu')} "
                       f"({facts['train_seconds']:.0f} s); held-out perplexity after training "
                       f"{facts['eval_perplexity']:.3f}.", ""]
         if kurt:
@@ -733,7 +762,7 @@ def plot(results: list[dict]):
                     ax.errorbar([r["bpw"] for r in rs], [r[key]["mean"] * scale for r in rs],
                                 yerr=[r[key]["ci95"] * scale for r in rs], marker="o", capsize=3, color=f"C{i}",
                                 label=method)
-            ax.set_title(f"{res['model']} large"), ax.set_xlabel("bits per weight (block linears)")
+            ax.set_title(f"{res['model']} {res.get('size', 'small')}"), ax.set_xlabel("bits per weight (block linears)")
             ax.set_ylabel(f"{label} (95% CI over seeds)"), ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

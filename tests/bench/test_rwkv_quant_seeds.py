@@ -1,4 +1,4 @@
-"""The seed-interval table of the large-model RWKVQuant comparison (bench/benchmarks/rwkv_quant_seeds.py):
+"""The seed-interval table of the RWKVQuant comparison (bench/benchmarks/rwkv_quant_seeds.py):
 intervals over calibration seeds, the goal ratio paired by seed, and the recipe's cells."""
 from __future__ import annotations
 
@@ -470,8 +470,9 @@ def test_join_makes_one_table_of_two_models_sweep_folders_from_their_kept_figure
 
     # the percentile is chosen across both folders' cells; every figure is kept, so no checkpoint is loaded
     # (they are empty files) and no reference model is built (the model names are not producers)
-    monkeypatch.setattr(seeds, "weight_kurtosis", lambda model: {"median": 0.0, "min": 0.0, "max": 0.0, "by_matrix": {}})
-    monkeypatch.setattr(seeds, "weight_facts", lambda model: None)
+    monkeypatch.setattr(seeds, "weight_kurtosis",
+                        lambda model, size: {"median": 0.0, "min": 0.0, "max": 0.0, "by_matrix": {}})
+    monkeypatch.setattr(seeds, "weight_facts", lambda model, size: None)
     parity = {"nll_fp32": 1.0, "nll_quantized": 1.01, "nll_mirrored": 1.004, "even": 0.007, "odd": 0.003}
     for model, kl in (("a", 0.001), ("b", 0.002)):
         reports = [{**r, "model": model} for r in _candidates()]
@@ -574,3 +575,59 @@ def test_held_out_test_text_is_scored_once_per_checkpoint_kept_and_given_its_own
     assert "| gptq | 3 | +0.0200 ± 0.0000 | +0.0200, +0.0200, +0.0200 |" in md
     fig = seeds.plot([res])  # a panel of its own beside the evaluation's increase
     assert [ax.get_ylabel() for ax in fig.axes][-1] == "increase on held-out test text (95% CI over seeds)"
+
+
+def test_the_reference_size_comes_from_the_cells_specs_and_is_one_per_model(tmp_path, monkeypatch):
+    # the same producer name builds the shipped small pair or the large one: the table, its reference scores,
+    # kurtosis and facts must all read the size the cells quantized, not assume one
+    import json
+
+    import edgesmith.bench.benchmarks.rwkv_quant_seeds as seeds
+    import edgesmith.models
+
+    spec = {"model_options": {"size": "large", "validation": True}}
+    reports = [seeds.with_spec(r, spec) for r in _reports()]
+    (res,) = seeds.seed_table(reports)
+    assert res["size"] == "large" and "### m large (" in seeds.markdown([res])
+    (res,) = seeds.seed_table([seeds.with_spec(r, None) for r in _reports()])
+    assert res["size"] == "small" and "### m small (" in seeds.markdown([res])  # the producer's default
+    with pytest.raises(EdgesmithError, match="reference sizes large, small"):
+        seeds.seed_table(reports[:3] + [seeds.with_spec(r, None) for r in _reports()[3:]])
+
+    asked = []
+
+    def get_producer(name, size):
+        asked.append((name, size))
+        raise RuntimeError("stop here: only the size asked for is checked")
+
+    monkeypatch.setattr(edgesmith.models, "get_producer", get_producer)
+    ckpt = tmp_path / "cells" / "k1" / "deploy" / "artifacts" / "gptq-3bit"
+    ckpt.mkdir(parents=True)
+    (ckpt / "model.quantized.pth").write_bytes(b"")
+    with pytest.raises(RuntimeError, match="stop here"):
+        seeds.fidelity_of_cells(tmp_path, ["k1"], [reports[2]], log=None)
+    assert asked == [("m", "large")]
+    monkeypatch.undo()
+    kurt = seeds.weight_kurtosis("rwkv7-ref", "small")  # the shipped pair: 2 layers (the large one has 6)
+    assert all(len(ks) == 2 for ks in kurt["by_matrix"].values()) and json.loads(json.dumps(kurt)) == kurt
+    assert seeds.weight_facts("rwkv7-ref", "small")["config"]["n_layer"] == 2
+
+
+def test_small_recipe_is_the_validation_recipe_on_the_shipped_pair_over_five_seeds():
+    import json
+
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import RECIPE
+    from edgesmith.bench.sweep import load_sweep
+
+    _, val = load_sweep(RECIPE.with_name("rwkv-quant-seeds-vqnorm-val.toml"))
+    _, small = load_sweep(RECIPE.with_name("rwkv-quant-seeds-small.toml"))
+
+    def key(spec):  # what a cell deploys, less the reference size and the seed
+        return spec["model"], spec["plan"]["variants"][0], json.dumps(spec.get("options", {}), sort_keys=True)
+
+    assert all(c.spec["model_options"] == {"validation": True} for c in small)  # no size: the shipped pair
+    assert {key(c.spec) for c in small} == {key(c.spec) for c in val}
+    seeds = {}
+    for c in small:
+        seeds.setdefault(key(c.spec), set()).add(c.spec["seed"])
+    assert {frozenset(s) for s in seeds.values()} == {frozenset({0}), frozenset(range(5))}
