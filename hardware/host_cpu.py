@@ -460,12 +460,14 @@ class HostCpu(Target):
         for method in kopts.methods:
             for bits in kopts.bits:
                 q = config_from_dict({"kind": method, "bits": bits, "group_size": kopts.group_size,
-                                      "sq_percentile": float(kopts.sq_percentile),
+                                      "sq_percentile": float(kopts.sq_percentile), "proxy": kopts.proxy,
                                       "quantize_vectors": kopts.quantize_vectors, "symmetric": kopts.symmetric,
                                       "vq_scale_block": kopts.vq_scale_block, "sequential": kopts.sequential})
                 name = f"{method.removeprefix('rwkv-')}-{bits}bit" + ("-sym" if kopts.symmetric else "")
                 if kopts.vq_scale_block and method in ("rwkv-gptvq", "rwkvquant"):  # the methods with VQ matrices
                     name += f"-vqn{kopts.vq_scale_block}"
+                if kopts.proxy != "paper" and method == "rwkvquant":
+                    name += f"-{kopts.proxy}"
                 if kopts.sequential and method != "rwkv-rtn":  # RTN reads no calibration data
                     name += "-seq"
                 variants.append(Variant(name, [q, ExportStepOnnxConfig()],

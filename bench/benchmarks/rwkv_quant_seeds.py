@@ -111,6 +111,7 @@ def _quant_cell(report: dict) -> dict:
             "ppl": res["evaluation"]["value"], "bpw": quant["bits_per_weight"], "seconds": quant["seconds"],
             "n_sq": quant["extra"]["n_sq"], "n_vq": quant["extra"]["n_vq"], "size_bytes": quant["size_after_bytes"],
             "percentile": cfg["sq_percentile"], "vq_scale_block": cfg.get("vq_scale_block", 0),
+            "proxy": cfg.get("proxy", "paper"),
             "val_ppl": res["evaluation"].get("extra", {}).get("validation_perplexity"),
             "kl": report.get("kl_to_fp32"), "parity": report.get("nll_parity"), "test": report.get("test_nll")}
 
@@ -410,7 +411,7 @@ def seed_table(reports: list[dict]) -> list[dict]:
                        "seconds": float(np.mean([c["seconds"] for c in cs])),
                        "n_sq": [c["n_sq"] for c in cs], "n_vq": [c["n_vq"] for c in cs],
                        "size_bytes": int(np.mean([c["size_bytes"] for c in cs])),
-                       "vq_scale_block": cs[0]["vq_scale_block"]}
+                       "vq_scale_block": cs[0]["vq_scale_block"], "proxy": cs[0].get("proxy", "paper")}
                 if method == "rwkvquant" and (name, bits) in choices:
                     row["percentile_choice"] = choices[(name, bits)]
                 if all(c["kl"] is not None for c in cs):
@@ -702,6 +703,10 @@ def _test_lines(res: dict) -> list[str]:
 
 def _label(row: dict) -> str:
     notes = [vq_note(row)] if vq_note(row) else []
+    if row["method"] == "rwkvquant" and row.get("proxy", "paper") == "oracle":
+        notes.append("oracle decision: per matrix the lower Hessian-weighted error of GPTQ and GPTVQ, in hindsight")
+    elif row["method"] == "rwkvquant" and row.get("proxy", "paper") != "paper":
+        notes.append(f"{row['proxy']} proxy")
     if row.get("percentile_choice"):
         notes.append(f"percentile {row['percentile_choice']['chosen']:g}, chosen on validation")
     return row["method"] + (f" ({'; '.join(notes)})" if notes else "")

@@ -42,7 +42,7 @@ from edgesmith.compress.rwkvquant.tensors import CODEBOOK_BITS, FP16_BITS, Quant
 from edgesmith.common import EdgesmithError
 
 METHODS = ("rtn", "gptq", "gptvq", "rwkvquant")
-PROXIES = ("paper", "max-rms")
+PROXIES = ("paper", "max-rms", "oracle")
 LINEAR_NAMES = {6: ("att.receptance", "att.key", "att.value", "att.output", "att.gate",
                     "ffn.key", "ffn.receptance", "ffn.value"),
                 7: ("att.receptance", "att.key", "att.value", "att.output", "ffn.key", "ffn.value")}
@@ -59,7 +59,9 @@ class RWKVQuantBase(PassConfig):
     ``vq_columns``: columns per GPTVQ column group (the paper's 256). ``kmeans_iters``: GPTVQ's EM iterations at
     most (the paper's 100). ``codebook_update_steps``: GPTVQ's codebook update after quantization (0 = off).
     ``sq_percentile``: RWKVQuant threshold percentile (share of layers that tends to get SQ).
-    ``proxy``: "paper" (P_c and P_f) or "max-rms" (released code's default, an ablation).
+    ``proxy``: "paper" (P_c and P_f), "max-rms" (released code's default, an ablation) or "oracle" (an ablation
+    that bounds every decision rule: each matrix quantized both ways, GPTQ and GPTVQ, keeping the one with the lower
+    Hessian-weighted error on the calibration inputs, in hindsight; twice the time).
     ``quantize_vectors``: codebook-quantize the multiplication vectors (every method; False keeps them fp).
     ``vector_bits``: their codebook bits. ``n_calibration``: sequences. ``act_order`` / ``static_groups``: the
     published GPTQ options for every GPTQ matrix (columns by decreasing Hessian diagonal / every group's grid
@@ -313,6 +315,9 @@ def choose_methods(weights: dict[str, torch.Tensor], config: RWKVQuantBase) -> t
         return {n: "sq" for n in weights}, {n: f"{config.method}: every matrix scalar" for n in weights}, {}
     if config.method == "gptvq":
         return {n: "vq" for n in weights}, {n: "gptvq: every matrix vector" for n in weights}, {}
+    if config.proxy == "oracle":  # decided per matrix once both quantizers have run (_quantize_linears)
+        return ({n: "oracle" for n in weights}, {n: "oracle: the lower Hessian-weighted error" for n in weights},
+                {"proxy": "oracle"})
     if config.proxy == "max-rms":
         vals = {n: max_over_rms(w) for n, w in weights.items()}
         choice = {n: ("vq" if v > config.max_rms_threshold else "sq") for n, v in vals.items()}
@@ -438,7 +443,10 @@ def _quantize_linears(model, weights: dict, names: list[str], H: dict, choice: d
     """Replace the linears ``names`` by QuantLinear modules, adding their reports and bits to ``state``."""
     for name in names:
         w = weights.pop(name)
-        q, label = quantize_matrix(name, w, H[name], choice[name], config, cache)
+        if choice[name] == "oracle":
+            choice[name], why[name], (q, label) = _oracle_choice(name, w, H[name], config, cache)
+        else:
+            q, label = quantize_matrix(name, w, H[name], choice[name], config, cache)
         deq = q.dequantize()
         _set_module(model, name, QuantLinear(q, w.shape[1], w.shape[0]))
         state.n_weights += q.n_weights
@@ -450,6 +458,16 @@ def _quantize_linears(model, weights: dict, names: list[str], H: dict, choice: d
                                            q.n_weights, err, f"{label}; {why[name]}"))
         if log:
             log(f"{name}: {label} {q.storage_bits() / q.n_weights:.3f} bpw, H-err {err['hessian_rel_error']:.4f}")
+
+
+def _oracle_choice(name: str, w: torch.Tensor, H: torch.Tensor, config: RWKVQuantBase,
+                   cache: dict | None) -> tuple[str, str, tuple]:
+    """("sq"|"vq", why, (quantized, label)): of GPTQ's and GPTVQ's results on this matrix (both run), the one
+    with the lower Hessian-weighted error on the calibration inputs."""
+    done = {c: quantize_matrix(name, w, H, c, config, cache) for c in ("sq", "vq")}
+    err = {c: hessian_error(w, q.dequantize(), H) for c, (q, _) in done.items()}
+    pick = min(err, key=err.get)
+    return pick, f"oracle: Hessian-weighted error GPTQ {err['sq']:.5f}, GPTVQ {err['vq']:.5f}", done[pick]
 
 
 def _quantize_vectors(model, blocks, importance: dict, config: RWKVQuantBase, state: _Tally) -> None:

@@ -14,6 +14,7 @@ from edgesmith.models.kinds.base import Kind, KindOptions, Speed, option, regist
 
 METHODS = ("rwkv-rtn", "rwkv-gptq", "rwkv-gptvq", "rwkvquant")
 DECODERS = ("onnxruntime", "rwkv-c")
+PROXIES = ("paper", "max-rms", "oracle")  # RWKVQuant's decision rules (compress.rwkvquant.PROXIES)
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,8 @@ class TokenLmOptions(KindOptions):
     bits: tuple[int, ...] = option((3, 4), "code bits of each quantizer (about 3.3 / 4.3 bits per weight)")
     group_size: int = option(64, "weights per scale of scalar quantization")
     sq_percentile: float = option(90.0, "RWKVQuant's threshold percentile (share of matrices below tau, per proxy)")
+    proxy: str = option("paper", "RWKVQuant's SQ/VQ rule: paper (P_c, P_f), max-rms (the released code's) or oracle "
+                                 "(each matrix's lower Hessian-weighted error of GPTQ and GPTVQ, in hindsight)")
     quantize_vectors: bool = option(True, "codebook-quantize the token-shift multiplication vectors (every method)")
     symmetric: bool = option(False, "symmetric scalar grids (no zero points stored; faster MatMulNBits on CPU)")
     vq_scale_block: int = option(0, "GPTVQ's blockwise data normalisation of every VQ matrix (GPTVQ's and "
@@ -43,6 +46,8 @@ class TokenLmOptions(KindOptions):
         p = self.sq_percentile
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 100:
             self._fail("sq_percentile", f"is {p!r}", "use a percentile in (0, 100], e.g. 90.")
+        if self.proxy not in PROXIES:
+            self._fail("proxy", f"is {self.proxy!r}", f"use one of {', '.join(PROXIES)}.")
         b = self.vq_scale_block
         if isinstance(b, bool) or not isinstance(b, int) or b < 0 or b % 2 or b > 4096:
             self._fail("vq_scale_block", f"is {b!r}", "use an even number of columns up to 4096, e.g. 32, or 0 (off).")

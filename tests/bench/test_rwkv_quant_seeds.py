@@ -631,3 +631,31 @@ def test_small_recipe_is_the_validation_recipe_on_the_shipped_pair_over_five_see
     for c in small:
         seeds.setdefault(key(c.spec), set()).add(c.spec["seed"])
     assert {frozenset(s) for s in seeds.values()} == {frozenset({0}), frozenset(range(5))}
+
+
+def test_an_oracle_decision_row_says_so():
+    # the hindsight bound must never read as RWKVQuant's own rule in the table
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import markdown, seed_table
+
+    reports = _reports()
+    for r in reports:
+        for p in r["variants"][0]["pass_reports"]:
+            if p["config"]["kind"] == "rwkvquant":
+                p["config"]["proxy"] = "oracle"
+    md = markdown(seed_table(reports))
+    assert "| rwkvquant (oracle decision: per matrix the lower Hessian-weighted error of GPTQ and GPTVQ" in md
+    assert "| rwkvquant | 3 |" in markdown(seed_table(_reports()))  # the paper's rule: no note
+
+
+def test_oracle_recipe_shares_the_small_recipes_baseline_cells_and_adds_one_oracle_hybrid_per_width():
+    from edgesmith.bench.benchmarks.rwkv_quant_seeds import RECIPE, _candidate
+    from edgesmith.bench.sweep import load_sweep
+
+    small_run, small = load_sweep(RECIPE.with_name("rwkv-quant-seeds-small.toml"))
+    oracle_run, oracle = load_sweep(RECIPE.with_name("rwkv-quant-seeds-small-oracle.toml"))
+    assert small_run["out"] == oracle_run["out"]  # one folder: the baseline cells are run once
+    hybrids = [c.spec for c in oracle if _candidate(c.spec) is not None]
+    assert all(h["options"]["proxy"] == "oracle" for h in hybrids)
+    assert sorted((h["model"], h["options"]["bits"][0], h["seed"]) for h in hybrids) == sorted(
+        (m, b, s) for m in ("rwkv6-ref", "rwkv7-ref") for b in (3, 4) for s in range(5))
+    assert [c.spec for c in oracle if _candidate(c.spec) is None] == [c.spec for c in small if _candidate(c.spec) is None]

@@ -206,6 +206,21 @@ def test_vq_normalisation_is_a_token_lm_option_named_only_on_the_methods_with_vq
                                     PlanOptions(options={"vq_scale_block": 31}))
 
 
+def test_rwkvquant_decision_rule_is_a_token_lm_option_named_only_on_rwkvquant():
+    from edgesmith.compress.rwkvquant.rwkvquant import PROXIES
+    from edgesmith.models.kinds.token_lm import PROXIES as OFFERED
+
+    assert OFFERED == PROXIES  # the kind offers every rule the pass knows, no other
+    plan = _by_name(get_target("host-cpu").plan(SimpleNamespace(name="m", kind="token-lm", native_format="torch"),
+                                                PlanOptions(options={"methods": ["rwkv-gptq", "rwkvquant"],
+                                                                     "bits": [3], "proxy": "oracle"})))
+    assert list(plan) == ["fp32", "gptq-3bit", "rwkvquant-3bit-oracle"]
+    assert plan["rwkvquant-3bit-oracle"].passes[0].proxy == "oracle"
+    with pytest.raises(EdgesmithError, match="proxy"):
+        get_target("host-cpu").plan(SimpleNamespace(name="m", kind="token-lm", native_format="torch"),
+                                    PlanOptions(options={"proxy": "guess"}))
+
+
 def test_sequential_calibration_is_a_token_lm_option_named_only_on_the_calibrated_methods():
     plan = _by_name(get_target("host-cpu").plan(SimpleNamespace(name="m", kind="token-lm", native_format="torch"),
                                                 PlanOptions(options={"methods": ["rwkv-rtn", "rwkv-gptq", "rwkvquant"],

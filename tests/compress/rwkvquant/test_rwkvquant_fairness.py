@@ -30,6 +30,32 @@ def test_rwkvquant_matrices_are_exactly_the_gptq_or_gptvq_baselines_matrices(ver
         assert torch.equal(w, (vq if actions[name] == "quantized-VQ" else sq)[name]), name
 
 
+@pytest.mark.parametrize("sequential", [False, True])
+def test_oracle_decision_keeps_per_matrix_the_baseline_result_with_the_lower_hessian_error(sequential):
+    # the ablation that bounds every SQ/VQ rule must keep exactly one of the two baselines' matrices, the better
+    # one by the layer objective, and report the decision it made (not "oracle")
+    from edgesmith.compress.rwkvquant.rwkvquant import collect_calibration, hessian_error, linear_modules
+
+    m = tiny(7)
+    kw = {**FAST, "bits": 3, "sequential": sequential}  # at 3 bits GPTVQ wins 9 of 12 matrices here, GPTQ 3
+    hybrid, rep = quantize_rwkv(m, CALIB, make_config("rwkvquant", proxy="oracle", **kw))
+    sq, vq = (weights_of(quantize_rwkv(m, CALIB, make_config(k, **kw))[0]) for k in ("gptq", "gptvq"))
+    layers = {la.name: la for la in rep.layers if la.action.startswith("quantized")}
+    assert {la.action for la in layers.values()} == {"quantized-SQ", "quantized-VQ"}
+    assert rep.extra["n_vq"] == sum(la.action == "quantized-VQ" for la in layers.values())
+    assert rep.extra["decision"] == {"proxy": "oracle"}
+    H, _ = collect_calibration(m, CALIB)
+    fp = {n: mod.weight.detach() for n, mod in linear_modules(m).items()}
+    for name, w in weights_of(hybrid).items():
+        assert "oracle: Hessian-weighted error GPTQ" in layers[name].reason
+        if sequential and not name.startswith("blocks.0."):
+            continue  # its Hessian is that of the blocks before it as each method quantized them: they differ
+        mine = vq if layers[name].action == "quantized-VQ" else sq
+        other = sq if mine is vq else vq
+        assert torch.equal(w, mine[name]), name
+        assert hessian_error(fp[name], w, H[name]) <= hessian_error(fp[name], other[name], H[name])
+
+
 def test_a_shared_cache_gives_the_same_model_as_no_cache():
     m, cache = tiny(6), {}
     cfg = make_config("rwkvquant", sq_percentile=60.0, **FAST)
