@@ -636,8 +636,8 @@ def markdown(results: list[dict]) -> str:
     lines = []
     for res in results:
         kurt = res.get("kurtosis")
-        lines += [f"### {res['model']} {res.get('size', 'small')} (fp32 perplexity {res['fp32_ppl']:.4f} on {res['eval_tokens']} bytes, "
-                  f"{res['fp32_size_bytes'] / 1e6:.1f} MB)", ""]
+        lines += [f"### {res['model']} {res.get('size', 'small')} (fp32 perplexity {res['fp32_ppl']:.4f} on "
+                  f"{res['eval_tokens']} bytes, {res['fp32_size_bytes'] / 1e6:.1f} MB)", ""]
         facts = res.get("weights")
         if facts:
             st = facts["settings"]
@@ -767,7 +767,8 @@ def plot(results: list[dict]):
                     ax.errorbar([r["bpw"] for r in rs], [r[key]["mean"] * scale for r in rs],
                                 yerr=[r[key]["ci95"] * scale for r in rs], marker="o", capsize=3, color=f"C{i}",
                                 label=method)
-            ax.set_title(f"{res['model']} {res.get('size', 'small')}"), ax.set_xlabel("bits per weight (block linears)")
+            ax.set_title(f"{res['model']} {res.get('size', 'small')}")
+            ax.set_xlabel("bits per weight (block linears)")
             ax.set_ylabel(f"{label} (95% CI over seeds)"), ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
