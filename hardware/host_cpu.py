@@ -298,8 +298,11 @@ def int8_config(kopts):
     """The int8 QDQ pass a tensor model's options ask for (host-cpu and the Jetson build the same one). Layers excluded
     by name: a variant whose every layer is excluded is built as asked and reports 0 quantized."""
     from edgesmith.compress.quant_int8 import Int8QdqConfig
+    from edgesmith.models.kinds.tensor import INT8_WEIGHT_OP_TYPES
 
-    return Int8QdqConfig(calibration=kopts.calibration, percentile=kopts.percentile, op_types=tuple(kopts.int8_op_types),
+    auto = tuple(kopts.int8_op_types) == ("auto",)  # --option int8_op_types=auto: both sets, the closer one kept
+    return Int8QdqConfig(calibration=kopts.calibration, percentile=kopts.percentile,
+                         op_types=INT8_WEIGHT_OP_TYPES if auto else tuple(kopts.int8_op_types), choose_op_types=auto,
                          exclude=tuple(kopts.exclude), allow_empty=bool(kopts.exclude))
 
 

@@ -24,7 +24,8 @@ class TensorOptions(KindOptions):
     exclude: tuple[str, ...] = option((), "node names of the exported ONNX graph (as the report's per-layer table names "
                                            "them) that the int8, int4 and pruned variants keep in fp32")
     int8_op_types: tuple[str, ...] = option(INT8_WEIGHT_OP_TYPES, "operator types the int8 variants quantize (default: "
-                                            "the weight layers); empty: every type onnxruntime's quantizer knows")
+                                            "the weight layers); empty: every type onnxruntime's quantizer knows; auto: "
+                                            "both, keeping the model whose outputs are closer to fp32's")
     prune_sparsity: float = option(0.0, "add a magnitude-pruned + int8 variant at this sparsity (0 = none)")
     qat_epochs: int = option(0, "add brevitas QAT variants (qat-w8a8, qat-w4a8) fine-tuned this many epochs (0 = none)")
     qat_keep_8bit: int = option(0, "qat-w4a8: this many layers, the most output-sensitive at 4 bits, keep 8-bit weights")

@@ -321,3 +321,29 @@ def test_op_types_limits_int8_to_the_named_operators_and_unknown_types_are_refus
     with pytest.raises(EdgesmithError, match="op_types") as e:
         Int8QdqConfig(op_types=("Matmul",))
     assert "MatMul" in e.value.fix and "Softmax" in e.value.fix
+
+
+def test_choose_op_types_keeps_the_operator_set_whose_outputs_are_closer_to_fp32(tmp_path):
+    # small convnets keep 1-4 dB more with onnxruntime's full set, transformers far more with the weight layers:
+    # asked to choose, the pass quantizes both ways and keeps, byte for byte, the model of the better set
+    path = tmp_path / "m.onnx"
+    onnx.save(_bucket_and_mask_model(), str(path))
+    x = np.random.default_rng(1).normal(size=(32, 8, 16)).astype(np.float32)
+
+    def run(cfg, name):
+        return apply_pass(Artifact("onnx", path=path), cfg, PassContext(workdir=tmp_path / name, calibration=x,
+                                                                         progress=False))
+
+    res = run(Int8QdqConfig(choose_op_types=True), "auto")
+    choice = res.report.extra["op_types_choice"]
+    sets = [c["op_types"] for c in choice["candidates"]]
+    assert sets == [list(Int8QdqConfig().op_types), []]
+    best = max(choice["candidates"], key=lambda c: c["output_sqnr_db"])
+    assert choice["chosen"] == best["op_types"]
+    alone = run(Int8QdqConfig(op_types=tuple(best["op_types"])), "alone")
+    assert Path(res.artifact.path).read_bytes() == Path(alone.artifact.path).read_bytes()
+    assert any(n.startswith("operator types chosen by output SQNR") for n in res.report.notes)
+    assert "op_types_choice" not in alone.report.extra  # one set asked for: nothing to choose, no second pass
+    assert config_from_json(Int8QdqConfig(choose_op_types=True).to_json()).choose_op_types is True
+    with pytest.raises(EdgesmithError, match="choose_op_types"):
+        Int8QdqConfig(choose_op_types="yes")

@@ -261,3 +261,13 @@ def test_the_c_decoder_is_a_token_lm_option_for_rwkv_torch_models():
 def test_an_empty_int8_op_types_asks_for_every_type_onnxruntime_quantizes():
     opts = PlanOptions(tvm=False, options={"int8_op_types": []})
     assert _by_name(get_target("host-cpu").plan(PRODUCER, opts))["int8"].passes[-1].op_types == ()
+
+
+def test_int8_op_types_auto_asks_the_pass_to_choose_between_the_weight_layers_and_every_type():
+    from edgesmith.models.kinds.tensor import INT8_WEIGHT_OP_TYPES
+
+    auto = _by_name(get_target("host-cpu").plan(PRODUCER, PlanOptions(tvm=False, options={"int8_op_types": "auto"})))
+    cfg = auto["int8"].passes[-1]
+    assert cfg.choose_op_types is True and cfg.op_types == INT8_WEIGHT_OP_TYPES
+    plain = _by_name(get_target("host-cpu").plan(PRODUCER, PlanOptions(tvm=False)))["int8"].passes[-1]
+    assert plain.choose_op_types is False
