@@ -47,6 +47,9 @@ class TensorOptions(KindOptions):
         if isinstance(self.int8_op_types, str) or not all(isinstance(t, str) and t for t in self.int8_op_types):
             self._fail("int8_op_types", f"is {self.int8_op_types!r}", "give a list of operator types, e.g. "
                        "'[\"MatMul\",\"Gemm\",\"Conv\"]'; the int8 pass names the ones onnxruntime knows.")
+        if "auto" in self.int8_op_types and len(self.int8_op_types) > 1:
+            self._fail("int8_op_types", f"is {list(self.int8_op_types)!r}",
+                       "use auto alone (it chooses between the weight layers and every type), or list operator types.")
         q = self.qat_epochs
         if isinstance(q, bool) or not isinstance(q, int) or q < 0:
             self._fail("qat_epochs", f"is {q!r}", "use a whole number of epochs, 0 for no QAT variants.")

@@ -271,3 +271,5 @@ def test_int8_op_types_auto_asks_the_pass_to_choose_between_the_weight_layers_an
     assert cfg.choose_op_types is True and cfg.op_types == INT8_WEIGHT_OP_TYPES
     plain = _by_name(get_target("host-cpu").plan(PRODUCER, PlanOptions(tvm=False)))["int8"].passes[-1]
     assert plain.choose_op_types is False
+    with pytest.raises(EdgesmithError, match="use auto alone"):
+        get_target("host-cpu").plan(PRODUCER, PlanOptions(tvm=False, options={"int8_op_types": ["auto", "MatMul"]}))
