@@ -647,15 +647,22 @@ def test_an_oracle_decision_row_says_so():
     assert "| rwkvquant | 3 |" in markdown(seed_table(_reports()))  # the paper's rule: no note
 
 
-def test_oracle_recipe_shares_the_small_recipes_baseline_cells_and_adds_one_oracle_hybrid_per_width():
+@pytest.mark.parametrize("vq", ["normalised", "plain"])
+def test_oracle_recipe_shares_the_small_recipes_baseline_cells_and_adds_one_oracle_hybrid_per_width(vq):
     from edgesmith.bench.benchmarks.rwkv_quant_seeds import RECIPE, _candidate
     from edgesmith.bench.sweep import load_sweep
 
     small_run, small = load_sweep(RECIPE.with_name("rwkv-quant-seeds-small.toml"))
-    oracle_run, oracle = load_sweep(RECIPE.with_name("rwkv-quant-seeds-small-oracle.toml"))
+    name = "rwkv-quant-seeds-small-oracle" + ("-plainvq" if vq == "plain" else "")
+    oracle_run, oracle = load_sweep(RECIPE.with_name(f"{name}.toml"))
     assert small_run["out"] == oracle_run["out"]  # one folder: the baseline cells are run once
     hybrids = [c.spec for c in oracle if _candidate(c.spec) is not None]
     assert all(h["options"]["proxy"] == "oracle" for h in hybrids)
     assert sorted((h["model"], h["options"]["bits"][0], h["seed"]) for h in hybrids) == sorted(
         (m, b, s) for m in ("rwkv6-ref", "rwkv7-ref") for b in (3, 4) for s in range(5))
-    assert [c.spec for c in oracle if _candidate(c.spec) is None] == [c.spec for c in small if _candidate(c.spec) is None]
+    baselines = [c.spec for c in small if _candidate(c.spec) is None]
+    if vq == "plain":  # the same cells with GPTVQ's normalisation off, on the baseline and in the oracle alike
+        baselines = [{**b, "options": {k: v for k, v in b["options"].items() if k != "vq_scale_block"},
+                      "plan": {"variants": [b["plan"]["variants"][0].removesuffix("-vqn32")]}} for b in baselines]
+        assert all("vq_scale_block" not in h["options"] for h in hybrids)
+    assert [c.spec for c in oracle if _candidate(c.spec) is None] == baselines

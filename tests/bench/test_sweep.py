@@ -241,7 +241,7 @@ def test_the_shipped_sweep_recipes_load_and_check(tmp_path):
     assert counts == {"lrnn-width-sparsity": 12, "lrnn-width-sparsity-quick": 9, "rwkv-quant": 16,
                       "rwkv-quant-seeds": 42, "rwkv-quant-seeds-vqnorm": 42, "rwkv-quant-seeds-vqnorm-val": 78,
                       "rwkv-quant-seeds-small": 126,
-                      "rwkv-quant-seeds-small-oracle": 66, "rwkv-quant-table": 56,
+                      "rwkv-quant-seeds-small-oracle": 66, "rwkv-quant-seeds-small-oracle-plainvq": 66, "rwkv-quant-table": 56,
                       "rwkv-quant-table-quick": 3,
                       "scaling": 19, "scaling-quick": 5}
 
