@@ -411,7 +411,7 @@ def seed_table(reports: list[dict]) -> list[dict]:
                        "seconds": float(np.mean([c["seconds"] for c in cs])),
                        "n_sq": [c["n_sq"] for c in cs], "n_vq": [c["n_vq"] for c in cs],
                        "size_bytes": int(np.mean([c["size_bytes"] for c in cs])),
-                       "vq_scale_block": cs[0]["vq_scale_block"], "proxy": cs[0].get("proxy", "paper")}
+                       "vq_scale_block": cs[0]["vq_scale_block"], "proxy": cs[0]["proxy"]}
                 if method == "rwkvquant" and (name, bits) in choices:
                     row["percentile_choice"] = choices[(name, bits)]
                 if all(c["kl"] is not None for c in cs):
@@ -636,7 +636,7 @@ def markdown(results: list[dict]) -> str:
     lines = []
     for res in results:
         kurt = res.get("kurtosis")
-        lines += [f"### {res['model']} {res.get('size', 'small')} (fp32 perplexity {res['fp32_ppl']:.4f} on "
+        lines += [f"### {res['model']} {res['size']} (fp32 perplexity {res['fp32_ppl']:.4f} on "
                   f"{res['eval_tokens']} bytes, {res['fp32_size_bytes'] / 1e6:.1f} MB)", ""]
         facts = res.get("weights")
         if facts:
@@ -703,10 +703,11 @@ def _test_lines(res: dict) -> list[str]:
 
 def _label(row: dict) -> str:
     notes = [vq_note(row)] if vq_note(row) else []
-    if row["method"] == "rwkvquant" and row.get("proxy", "paper") == "oracle":
+    proxy = row["proxy"] if row["method"] == "rwkvquant" else "paper"
+    if proxy == "oracle":
         notes.append("oracle decision: per matrix the lower Hessian-weighted error of GPTQ and GPTVQ, in hindsight")
-    elif row["method"] == "rwkvquant" and row.get("proxy", "paper") != "paper":
-        notes.append(f"{row['proxy']} proxy")
+    elif proxy != "paper":
+        notes.append(f"{proxy} proxy")
     if row.get("percentile_choice"):
         notes.append(f"percentile {row['percentile_choice']['chosen']:g}, chosen on validation")
     return row["method"] + (f" ({'; '.join(notes)})" if notes else "")
@@ -767,7 +768,7 @@ def plot(results: list[dict]):
                     ax.errorbar([r["bpw"] for r in rs], [r[key]["mean"] * scale for r in rs],
                                 yerr=[r[key]["ci95"] * scale for r in rs], marker="o", capsize=3, color=f"C{i}",
                                 label=method)
-            ax.set_title(f"{res['model']} {res.get('size', 'small')}")
+            ax.set_title(f"{res['model']} {res['size']}")
             ax.set_xlabel("bits per weight (block linears)")
             ax.set_ylabel(f"{label} (95% CI over seeds)"), ax.legend(fontsize=8)
     fig.tight_layout()
