@@ -35,8 +35,22 @@ class EdgesmithError(Exception):
         super().__init__(problem if not fix else f"{problem} Fix: {fix}")
 
 
+class Interrupted(EdgesmithError):
+    """Ctrl-C, where work that finished is kept: the message says what was kept (exit status 130, as for SIGINT)."""
+
+    exit_code = 130
+
+
 class NoEvaluationData(EdgesmithError):
     """A user's model was given no data to score on: ``quantize`` still writes its file and says why it is unscored."""
+
+
+def raised(e: BaseException, limit: int = 200) -> str:
+    """What the user's code raised, as ``Type: first line`` (``SystemExit(3)`` for a ``sys.exit(3)``)."""
+    if isinstance(e, SystemExit):
+        return f"it called sys.exit({e.code!r})"
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0][:limit]}" if lines else type(e).__name__
 
 
 def import_modules(names) -> None:
@@ -45,6 +59,16 @@ def import_modules(names) -> None:
 
     for name in names:
         importlib.import_module(name)
+
+
+MAX_SEED = 2**63 - 1  # torch.manual_seed takes 64 bits; a wider seed would fail deep inside a run
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    """A seed is a whole number from 0 to ``MAX_SEED``: one error naming it otherwise."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise EdgesmithError(f"{name} is {seed!r}.", f"use a whole number from 0 to {MAX_SEED} (2**63 - 1).")
+    return seed
 
 
 def seed_everything(seed: int) -> np.random.Generator:
@@ -67,7 +91,12 @@ _WRITE_ERRNOS = {errno.ENOSPC: ("the disk is full", "free some space (or write e
                  errno.EDQUOT: ("the disk quota is exhausted", "free some space (or write elsewhere) and run it again"),
                  errno.EACCES: ("permission was denied", "choose a folder you can write to"),
                  errno.EPERM: ("the operation is not permitted", "choose a folder you can write to"),
-                 errno.EROFS: ("the file system is read-only", "choose a folder on a writable disk")}
+                 errno.EROFS: ("the file system is read-only", "choose a folder on a writable disk"),
+                 errno.ENOTDIR: ("a folder in the path is a file", "choose a path whose folders are folders"),
+                 errno.ENAMETOOLONG: ("the file name is too long", "use a name of at most 255 bytes"),
+                 errno.EFBIG: ("the file is larger than the file-size limit (ulimit -f)",
+                               "raise the limit (ulimit -f unlimited) or write a smaller model")}
+NAME_MAX = 255  # bytes in one path component on Linux file systems
 
 
 def written_by_edgesmith(folder: Path) -> bool:
@@ -99,18 +128,95 @@ def sweep_stale_temps(final: Path) -> int:
     return removed
 
 
+SCRATCH = "edgesmith-"  # scratch folders in $TMPDIR: edgesmith-WHAT.PID.RANDOM
+
+
+def sweep_stale_scratch() -> int:
+    """Remove this user's ``$TMPDIR/edgesmith-WHAT.PID.*`` scratch folders whose process is gone (a killed run)."""
+    removed = 0
+    try:
+        entries = list(Path(tempfile.gettempdir()).glob(SCRATCH + "*.*.*"))
+    except OSError:
+        return 0
+    for entry in entries:
+        pid = entry.name.split(".")[1]
+        try:
+            mine = entry.lstat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if mine and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+@contextlib.contextmanager
+def scratch_dir(what: str, dir: str | os.PathLike | None = None) -> Iterator[Path]:
+    """A temporary folder named for this process (``edgesmith-WHAT.PID.*``, in ``dir`` or ``$TMPDIR``), removed when
+    the block ends; those a killed run left are swept first, so they never pile up."""
+    if dir is None:
+        sweep_stale_scratch()
+    path = Path(tempfile.mkdtemp(prefix=f"{SCRATCH}{what}.{os.getpid()}.", dir=dir))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def check_output(final: str | os.PathLike, *, force: bool, folder: bool) -> None:
-    """Refuse an output path before any work: it exists without ``force``; or ``force`` would replace what
-    edgesmith must not (a folder with a file, a file with a folder, a folder edgesmith did not write)."""
+    """Refuse an output path before any work: a folder on its way that is a file, a name too long for the file
+    system; it exists without ``force``; or ``force`` would replace what edgesmith must not (anything but a regular
+    file or a folder edgesmith wrote: a special file, a link, a folder with a file, a file with a folder)."""
     final = Path(final)
+    check_output_path(final)
     if not (final.exists() or final.is_symlink()):
         return
     if not force:
         _refuse_existing(final)
-    if folder and (final.is_symlink() or not final.is_dir()):
+    _check_replaceable(final, folder)
+
+
+def check_output_path(final: Path) -> None:
+    """The parts of an output path that fail at the write, checked before the work: each component fits the file
+    system, and no existing folder on the way is a file."""
+    for part in final.parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            raise EdgesmithError(f"the output name {part[:40]}... is {len(os.fsencode(part))} bytes; file systems "
+                                 f"take at most {NAME_MAX}.", "choose a shorter output name.")
+    for parent in final.parents:
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                raise EdgesmithError(f"{parent} is a file, so {final} cannot be written inside it.",
+                                     "choose an output path whose folders are folders.")
+            break
+
+
+def _special(final: Path) -> str | None:
+    """What ``final`` is when it is neither a regular file nor a folder (lstat: a link is not followed)."""
+    import stat
+
+    try:
+        mode = os.lstat(final).st_mode
+    except FileNotFoundError:
+        return None
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return None
+
+
+def _check_replaceable(final: Path, folder: bool) -> None:
+    """``final`` exists and ``force`` was given: only a regular file (for a file) or a folder edgesmith wrote (for a
+    folder) may be replaced."""
+    special = _special(final)
+    if special:
+        raise EdgesmithError(f"{final} is {special}; --force replaces only regular files and folders edgesmith "
+                             "wrote.", "choose another output path.")
+    if folder and not final.is_dir():
         raise EdgesmithError(f"{final} is a file; edgesmith never replaces a file with a folder.",
                              "choose another output folder.")
-    if not folder and final.is_dir() and not final.is_symlink():
+    if not folder and final.is_dir():
         raise EdgesmithError(f"{final} is a folder; edgesmith never writes a file over a folder.",
                              "choose another output path (a file name).")
     if folder and not written_by_edgesmith(final):
@@ -124,9 +230,10 @@ def _refuse_existing(final: Path) -> None:
 
 
 def _place_file(tmp: Path, final: Path, force: bool) -> None:
-    if final.is_dir() and not final.is_symlink():
-        raise EdgesmithError(f"{final} is a folder; edgesmith never writes a file over a folder.",
-                             "choose another output path (a file name).")
+    if final.exists() or final.is_symlink():
+        if not force:
+            _refuse_existing(final)
+        _check_replaceable(final, folder=False)
     if force:
         os.replace(tmp, final)  # one atomic step: there is never a moment without a complete file
         return
@@ -145,12 +252,7 @@ def _place_dir(tmp: Path, final: Path, force: bool, aside: Path) -> None:
     if final.exists() or final.is_symlink():
         if not force:
             _refuse_existing(final)
-        if final.is_symlink() or not final.is_dir():
-            raise EdgesmithError(f"{final} is a file; edgesmith never replaces a file with a folder.",
-                                 "choose another output folder.")
-        if not written_by_edgesmith(final):
-            raise EdgesmithError(f"{final} is a folder edgesmith did not write; --force replaces only folders it wrote.",
-                                 "choose another output folder, or move that one away yourself.")
+        _check_replaceable(final, folder=True)
         os.rename(final, aside)  # atomic; the old folder is deleted only once the new one is in place
         os.rename(tmp, final)
         shutil.rmtree(aside, ignore_errors=True)
@@ -163,7 +265,7 @@ def _place_dir(tmp: Path, final: Path, force: bool, aside: Path) -> None:
         raise
 
 
-def _environment_error(e: OSError, final: Path) -> EdgesmithError | None:
+def environment_error(e: OSError, final: Path) -> EdgesmithError | None:
     """A user-fixable OSError while writing ``final`` (disk full, no permission, read-only) as a clear error."""
     known = _WRITE_ERRNOS.get(e.errno)
     if known is None:
@@ -210,6 +312,7 @@ def atomic_path(final: str | os.PathLike, *, force: bool = False) -> Iterator[Pa
     ``EdgesmithError``.
     """
     final = Path(final)
+    check_output_path(final)
     sweep_stale_temps(final)
     if (final.exists() or final.is_symlink()) and not force:
         _refuse_existing(final)
@@ -217,7 +320,7 @@ def atomic_path(final: str | os.PathLike, *, force: bool = False) -> Iterator[Pa
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp_dir = Path(tempfile.mkdtemp(prefix=f".{final.name}.{os.getpid()}.", suffix=".tmp", dir=final.parent))
     except OSError as e:
-        err = _environment_error(e, final)
+        err = environment_error(e, final)
         if err is None:
             raise
         raise err from None
@@ -231,7 +334,7 @@ def atomic_path(final: str | os.PathLike, *, force: bool = False) -> Iterator[Pa
         else:
             _place_file(tmp, final, force)
     except OSError as e:
-        err = _environment_error(e, final)
+        err = environment_error(e, final)
         if err is None:
             raise
         raise err from None
@@ -248,6 +351,7 @@ def atomic_files(finals, *, force: bool = False) -> Iterator[list[Path]]:
     if len({f.parent for f in finals}) != 1:
         raise ValueError("atomic_files takes files of one folder")
     for f in finals:
+        check_output_path(f)
         sweep_stale_temps(f)
         if (f.exists() or f.is_symlink()) and not force:
             _refuse_existing(f)
@@ -256,7 +360,7 @@ def atomic_files(finals, *, force: bool = False) -> Iterator[list[Path]]:
         tmp_dir = Path(tempfile.mkdtemp(prefix=f".{finals[0].name}.{os.getpid()}.", suffix=".tmp",
                                         dir=finals[0].parent))
     except OSError as e:
-        err = _environment_error(e, finals[0])
+        err = environment_error(e, finals[0])
         if err is None:
             raise
         raise err from None
@@ -274,7 +378,7 @@ def atomic_files(finals, *, force: bool = False) -> Iterator[list[Path]]:
                 f.unlink(missing_ok=True)
             raise
     except OSError as e:
-        err = _environment_error(e, finals[0])
+        err = environment_error(e, finals[0])
         if err is None:
             raise
         raise err from None
@@ -332,8 +436,29 @@ def cache_dir() -> Path:
         root = SOURCE_ROOT / ".cache"
     else:
         root = Path.home() / ".cache" / "edgesmith"
-    root.mkdir(parents=True, exist_ok=True)
+    if root.is_dir():
+        return root
+    if root.exists() or root.is_symlink():
+        raise EdgesmithError(f"the cache {_cache_name(root)} is a file, not a folder.",
+                             "set EDGESMITH_CACHE to a folder (or remove that file).")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise cache_error(e, root) from None
     return root
+
+
+def _cache_name(root: Path) -> str:
+    return f"$EDGESMITH_CACHE={root}" if os.environ.get("EDGESMITH_CACHE") else str(root)
+
+
+def cache_error(e: OSError, where: Path) -> EdgesmithError:
+    """An OSError met in the cache as one line that names the cache and the variable that moves it."""
+    what, fix = _WRITE_ERRNOS.get(e.errno, (e.strerror or type(e).__name__, "repair it"))
+    root = os.environ.get("EDGESMITH_CACHE")
+    name = f"the cache $EDGESMITH_CACHE={root}" if root else f"the cache {where}"
+    return EdgesmithError(f"could not write {name}: {what} ({e.filename or where}).",
+                          f"{fix}, or set EDGESMITH_CACHE to another folder; nothing was left behind.")
 
 
 class Config:
@@ -378,9 +503,16 @@ def build_lock(path: str | os.PathLike) -> Iterator[None]:
     from filelock import FileLock
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(path) + ".lock")
+        lock.acquire()
+    except OSError as e:
+        raise cache_error(e, path.parent) from None
+    try:
         yield
+    finally:
+        lock.release()
 
 
 _MISS = object()
@@ -399,26 +531,52 @@ def cached(path: str | os.PathLike, make: Callable[[], Any], *, load: Callable[[
            save: Callable[[Any, Path], None]) -> tuple[Any, bool]:
     """The one cache-or-build: ``load(path)`` if the cache entry is there and readable, else ``make()``,
     saved atomically with ``save(value, tmp_path)``. A damaged or mismatched entry (``load`` raises) is
-    deleted and rebuilt, never trusted. Built under ``build_lock``. Returns (value, whether it came from the cache)."""
+    deleted and rebuilt, never trusted. Built under ``build_lock``; a build that fails takes its lock file with it.
+    A full, read-only or missing cache is one ``EdgesmithError`` naming it. Returns (value, whether it came from the
+    cache)."""
     path = Path(path)
     value = _load_entry(path, load)
     if value is not _MISS:
         return value, True
-    with build_lock(path):
-        value = _load_entry(path, load)  # another process may have built it while this one waited
-        if value is not _MISS:
-            return value, True
-        shipped = SHIPPED_WEIGHTS / path.name
-        use_shipped = os.environ.get("EDGESMITH_NO_SHIPPED_WEIGHTS", "") in ("", "0")  # set to 1 to retrain them
-        if use_shipped and path.parent.name == "models" and shipped.exists():  # weights shipped under the same key
+    lock = Path(str(path) + ".lock")
+    try:
+        with build_lock(path):
+            value = _load_entry(path, load)  # another process may have built it while this one waited
+            if value is not _MISS:
+                return value, True
+            shipped = SHIPPED_WEIGHTS / path.name
+            use_shipped = os.environ.get("EDGESMITH_NO_SHIPPED_WEIGHTS", "") in ("", "0")  # set to 1 to retrain them
+            if use_shipped and path.parent.name == "models" and shipped.exists():  # weights shipped under the same key
+                try:
+                    return load(shipped), True
+                except Exception:  # a shipped file that no longer matches the code: train as if it were not there
+                    pass
+            value = make()
             try:
-                return load(shipped), True
-            except Exception:  # a shipped file that no longer matches the code: train as if it were not there
-                pass
-        value = make()
-        with atomic_path(path, force=True) as tmp:
-            save(value, tmp)
+                with atomic_path(path, force=True) as tmp:
+                    save(value, tmp)
+            except EdgesmithError as e:
+                cause = e.__context__ if isinstance(e.__context__, OSError) else None
+                raise (cache_error(cause, path.parent) if cause else e) from None
+            except OSError as e:
+                raise cache_error(e, path.parent) from None
+    except BaseException:
+        # nothing was cached: the (empty) lock file would only be litter; a waiter still holding it builds anew
+        lock.unlink(missing_ok=True)
+        raise
     return value, False
+
+
+def _save_torch(value: Any, tmp: Path) -> None:
+    """``torch.save`` through memory, so that a full disk is an OSError with its errno (torch's own file writer turns
+    it into a RuntimeError without one)."""
+    import io
+
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(value, buf)
+    tmp.write_bytes(buf.getvalue())
 
 
 def torch_cached(path: str | os.PathLike, make: Callable[[], Any], load: Callable[[Any], Any] | None = None) -> tuple[Any, bool]:
@@ -427,7 +585,7 @@ def torch_cached(path: str | os.PathLike, make: Callable[[], Any], load: Callabl
     import torch
 
     return cached(path, make, load=lambda p: (load or (lambda v: v))(torch.load(p, weights_only=True)),
-                  save=lambda v, tmp: torch.save(v, tmp))
+                  save=_save_torch)
 
 
 def module_cached(path: str | os.PathLike, new: Callable[[], Any], make: Callable[[], Any]) -> tuple[Any, bool]:
@@ -440,7 +598,7 @@ def module_cached(path: str | os.PathLike, new: Callable[[], Any], make: Callabl
         module.load_state_dict(torch.load(p, weights_only=True))
         return module
 
-    module, hit = cached(path, make, load=load, save=lambda m, tmp: torch.save(m.state_dict(), tmp))
+    module, hit = cached(path, make, load=load, save=lambda m, tmp: _save_torch(m.state_dict(), tmp))
     return module.eval(), hit
 
 

@@ -16,14 +16,13 @@ import dataclasses
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 from edgesmith.bench.sources.netx_file import SUFFIXES as NETX_SUFFIXES
-from edgesmith.common import EdgesmithError, NoEvaluationData, atomic_files, atomic_path
+from edgesmith.common import EdgesmithError, NoEvaluationData, atomic_files, check_seed, scratch_dir
 
 
 def _table(value, name: str) -> dict:
@@ -36,12 +35,48 @@ def _table(value, name: str) -> dict:
     return dict(value)
 
 
+def _model(value, name: str = "model") -> str:
+    """A model or target argument: a name or a path, as text; anything else is one error naming the argument."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value:
+        raise EdgesmithError(f"{name} is {value!r}, not a name or a path.",
+                             f"pass {name} as a string, e.g. 'digits-mlp' or 'model.onnx'.")
+    return value
+
+
+def _out(value, name: str = "out") -> Path:
+    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
+        raise EdgesmithError(f"{name} is {value!r}, not a path.", f"pass {name} as a file or folder path.")
+    return Path(value)
+
+
+def _whole(value, name: str, *, optional: bool = True, low: int = 0):
+    """An integer argument (``None`` allowed where ``optional``), as the CLI's ``type=int`` would insist."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise EdgesmithError(f"{name} is {value!r}, not a whole number of at least {low}.",
+                             f"pass {name} as an int, e.g. {name}={max(low, 17) if name == 'opset' else max(low, 1)}.")
+    return value
+
+
+def _names(value, name: str) -> tuple[str, ...]:
+    """One name or a list of names (``variants="fp32"`` means ("fp32",), not its letters)."""
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise EdgesmithError(f"{name} is {value!r}, not a name or a list of names.", f"pass e.g. {name}=['fp32'].")
+    return tuple(value)
+
+
 def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, options: dict | None = None,
            model_options: dict | None = None, variants=(), batch_sizes=None, reps: int = 200, warmup: int = 20,
            seed: int = 0, threads: int = 0, n_calibration: int | None = None, calibration_select: str = "first",
            tvm: bool = True, tvm_tune_trials: int = 0, sensitivity: bool = False, force: bool = False,
            progress: bool = False, calibration_data=None, train_data=None, eval_data=None, labels=None, metric: str | None = None,
-           input_shapes: dict | None = None, input_types: dict | None = None, train_fn=None) -> Path:
+           input_shapes: dict | None = None, input_types: dict | None = None, train_fn=None,
+           trust_model_file: bool = False) -> Path:
     """Run ``target``'s plan for ``model`` and write the report folder (default ``runs/MODEL-TARGET``).
 
     ``model``: a producer name or a model file (model.onnx, file.py:factory, model.pt, model.pt2, an RWKV
@@ -56,7 +91,9 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
     from edgesmith.bench.deploy import deploy as _deploy
     from edgesmith.hardware import PlanOptions
 
-    opts = DeployOptions(model=model, target=target, out=Path(out or f"runs/{model}-{target}"), force=force, seed=seed,
+    model, target = _model(model), _model(target, "target")
+    out = _out(out) if out is not None else Path(f"runs/{model}-{target}")
+    opts = DeployOptions(model=model, target=target, out=out, force=force, seed=seed,
                          threads=threads, batch_sizes=batch_sizes, warmup=warmup, reps=reps,
                          n_calibration=n_calibration, calibration_select=calibration_select, sensitivity=sensitivity,
                          progress=progress, model_options=_table(model_options, "model_options"),
@@ -65,8 +102,9 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
                          eval_data=None if eval_data is None else str(eval_data),
                          labels=None if labels is None else str(labels), metric=metric,
                          input_shapes=_table(input_shapes, "input_shapes"), train_fn=train_fn,
+                         trust_model_file=trust_model_file is True,
                          input_types=_input_types(input_types, input_shapes),
-                         plan=PlanOptions(tvm=tvm, tvm_tune_trials=tvm_tune_trials, variants=tuple(variants),
+                         plan=PlanOptions(tvm=tvm, tvm_tune_trials=tvm_tune_trials, variants=_names(variants, "variants"),
                                           options=_table(options, "options")))
     return _deploy(opts)
 
@@ -142,7 +180,7 @@ PTH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed: int = 0,
            model_options: dict | None = None, force: bool = False, dtype: str | None = None,
            options: dict | None = None, input_shapes: dict | None = None, input_types: dict | None = None,
-           example_data: str | os.PathLike | None = None) -> Path:
+           example_data: str | os.PathLike | None = None, trust_model_file: bool = False) -> Path:
     """Write ``model`` with its kind's export pass (ONNX: a graph, a step graph or a tree ensemble; ``options``
     go to that pass's config, e.g. ``{"batch": 1, "vq_form": "int8"}`` for a token-lm decode graph); an RWKV model
     to ``out.rwkvc.npz`` with ``export-rwkv-c`` (the C decoder's file, ``{"weights": "int4"}`` to round fp32
@@ -159,7 +197,9 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
     from edgesmith.compress.export_rwkv_c import SUFFIX as RWKV_C_SUFFIX
     from edgesmith.models.kinds import get_kind
 
-    out, options, model_options = Path(out), _table(options, "options"), _table(model_options, "model_options")
+    model, out, opset = _model(model), _out(out), _whole(opset, "opset", low=1)
+    check_seed(seed)
+    options, model_options = _table(options, "options"), _table(model_options, "model_options")
     shapes, types = _traced(model, input_shapes, input_types)
     if out.suffix != ".pth" and dtype is not None:
         raise EdgesmithError(f"--dtype {dtype} would be ignored: it sets the weights of an official .pth export, and "
@@ -175,7 +215,8 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
     _check_out(out, force=force)
     # a producer or a user's file (an official or quantized RWKV checkpoint, ...): the source that reads it
     request = UserRequest(options=dict(model_options or {}), input_shapes=shapes, input_types=types, seed=seed,
-                          calibration_data=None if example_data is None else str(example_data))
+                          calibration_data=None if example_data is None else str(example_data),
+                          trust_model_file=trust_model_file is True)
     source = resolve_model(model, request, seed=seed)
     if out.suffix == ".pth":
         import torch
@@ -191,7 +232,7 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
         example = producer.example_inputs(1)
     except EdgesmithError:  # a user's model without data: a step graph needs none, a pass that does says so
         example = None
-    with tempfile.TemporaryDirectory() as work:
+    with scratch_dir("export") as work:
         art = source_artifact(producer)
         if art.format == config.output_format == "onnx" and art.path is not None:
             # a user's torch model was exported to ONNX as it was read (checked against torch there): that file
@@ -248,7 +289,8 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
              calibration=None, n_calibration: int | None = None, seed: int = 0, model_options: dict | None = None,
              sensitivity: bool = False, force: bool = False, progress: bool = False,
              calibration_data: str | os.PathLike | None = None, eval_data: str | os.PathLike | None = None,
-             input_shapes: dict | None = None, input_types: dict | None = None) -> QuantizeResult:
+             input_shapes: dict | None = None, input_types: dict | None = None,
+             trust_model_file: bool = False) -> QuantizeResult:
     """Apply one pass to a producer's model, a user's model file or an ONNX file and write the result plus
     ``OUT.report.json``.
 
@@ -266,7 +308,11 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
     from edgesmith.compress.base import INIT_SUFFIX, first_samples, pass_config_type, pass_kinds
     from edgesmith.runtimes import get_runtime, runtime_for
 
-    out, options, model_options = Path(out), _table(options, "options"), _table(model_options, "model_options")
+    model, out = _model(model), _out(out)
+    check_seed(seed)
+    options, model_options = _table(options, "options"), _table(model_options, "model_options")
+    if not isinstance(pass_kind, str):
+        raise EdgesmithError(f"pass_kind is {pass_kind!r}, not a pass name.", "pass e.g. 'int8-qdq' (see passes()).")
     shapes, types = _traced(model, input_shapes, input_types)
     report_path = out.with_suffix(out.suffix + ".report.json")
     _check_out(out, report_path, force=force)
@@ -305,7 +351,8 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
 
             request = UserRequest(calibration_data=None if calibration_data is None else str(calibration_data),
                                   eval_data=None if eval_data is None else str(eval_data),
-                                  input_shapes=shapes, input_types=types, options=dict(model_options or {}), seed=seed)
+                                  input_shapes=shapes, input_types=types, options=dict(model_options or {}), seed=seed,
+                                  trust_model_file=trust_model_file is True)
         producer, kind = _producer(model, seed, model_options, request)
         art = source_artifact(producer)
         calib = calib if calib is not None else producer.calibration_data(n_calibration or kind.default_n_calibration)
@@ -320,7 +367,7 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
         raise EdgesmithError(f"pass {config.kind!r} takes a {config.input_format} model; {model} is read as "
                              f"{art.format} here.", f"use a pass that takes {art.format}: {', '.join(takes)}.")
     _check_suffix(out, passes[-1])
-    with tempfile.TemporaryDirectory() as work:
+    with scratch_dir("quantize") as work:
         ctx = PassContext(workdir=Path(work), calibration=calib, example_input=example, seed=seed,
                           sensitivity=sensitivity, progress=progress, train_data=train)
         if sensitivity:  # the producer's metric, or for a bare file the fidelity to it on the calibration data
@@ -451,12 +498,13 @@ def denoise(inp: str | os.PathLike, out: str | os.PathLike, *, variant: str = "d
 
 
 def sweep(recipe: str | os.PathLike, *, out: str | os.PathLike | None = None, workers: int | None = None,
-          ray: str | None = None, force: bool = False, progress: bool = False) -> dict:
-    """Run (or resume) a sweep recipe's cells (``bench/sweep.py``); returns the merged report."""
+          ray: str | None = None, force: bool = False, progress: bool = False, yes: bool = False) -> dict:
+    """Run (or resume) a sweep recipe's cells (``bench/sweep.py``); returns the merged report. ``yes`` runs a grid of
+    more than 1,000 cells."""
     from edgesmith.bench.sweep import run_sweep
 
     return run_sweep(recipe, out, workers=workers, ray=ray, force=force, progress=progress,
-                     log=print if progress else (lambda msg: None))
+                     log=print if progress else (lambda msg: None), yes=yes)
 
 
 def targets() -> list[dict]:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from edgesmith.bench import api
 from edgesmith.bench.recipe import deploy_options, load_recipe, parse_key_values
-from edgesmith.common import EdgesmithError, write_json
+from edgesmith.common import EdgesmithError, Interrupted, check_output, write_json
 
 # --- listing commands ---------------------------------------------------------------------------------
 
@@ -109,7 +109,7 @@ def cmd_export(args) -> int:
     out = api.export(args.model, args.out, opset=args.opset, seed=args.seed, force=args.force, dtype=args.dtype,
                      model_options=parse_key_values(args.model_option, "--model-option"),
                      options=parse_key_values(args.option, "--option"), example_data=args.example_data,
-                     **_traced_inputs(args))
+                     trust_model_file=args.trust_model_file, **_traced_inputs(args))
     print(f"wrote {out}")
     return 0
 
@@ -138,7 +138,7 @@ def cmd_quantize(args) -> int:
                        n_calibration=args.n_calibration,
                        seed=args.seed, model_options=parse_key_values(args.model_option, "--model-option"),
                        sensitivity=args.sensitivity, force=args.force, progress=not args.quiet,
-                       **_traced_inputs(args))
+                       trust_model_file=args.trust_model_file, **_traced_inputs(args))
     final = next(r for r in res.reports if r.config["kind"] == args.pass_kind)  # the user's pass, not the export
     print(f"wrote {res.path} ({final.size_before_bytes:,} -> {final.size_after_bytes:,} bytes"
           + (f", {final.bits_per_weight:.2f} bits/weight" if final.bits_per_weight else "")
@@ -191,8 +191,8 @@ def cmd_bench(args) -> int:
     from edgesmith.bench.latency import measure_isolated
     from edgesmith.bench.sources.base import parse_input_shapes
 
-    if args.out and Path(args.out).exists() and not args.force:  # before measuring, not after
-        raise EdgesmithError(f"{args.out} already exists.", "choose another --out or pass --force.")
+    if args.out:  # before measuring, not after
+        check_output(args.out, force=args.force, folder=False)
     batches = args.batch or [1]
     if any(b < 1 for b in batches):
         raise EdgesmithError(f"--batch {min(batches)} is not a positive batch size.", "use e.g. --batch 1 --batch 64.")
@@ -247,7 +247,7 @@ def cmd_sweep(args) -> int:
     from edgesmith.bench.sweep import run_sweep
 
     report = run_sweep(args.recipe, args.out, workers=args.workers, ray=args.ray, force=args.force,
-                       progress=not args.quiet)
+                       progress=not args.quiet, yes=args.yes)
     failed = report["run"]["failed"]
     if failed:
         print(f"edgesmith: {failed} cell(s) failed (see the sweep report); run the same command again to retry them.",
@@ -262,6 +262,10 @@ def _add_input_shape_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-shape", dest="input_shape", action="append", metavar="[NAME=]D,D,...[:TYPE]",
                    help="per-sample input shape (and type, float32 by default: ids=16:int64) to trace a torch model "
                         "without data (repeatable per input)")
+
+
+TRUST_HELP = ("allow a model file that needs unpickling (a torch.save'd module, a .pt2 or .pth with pickled members): "
+              "unpickling runs code from the file, so only for files you trust. A file.py:factory always runs your code")
 
 
 def _add_deploy_flags(p: argparse.ArgumentParser) -> None:
@@ -297,6 +301,7 @@ def _add_deploy_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metric", help="accuracy, topK (top5), mse, mae, perplexity or fidelity (default without labels)")
     _add_input_shape_flag(p)
     p.add_argument("--sensitivity", action="store_true", help="per-layer sensitivity table for quantizing passes")
+    p.add_argument("--trust-model-file", dest="trust_model_file", action="store_true", help=TRUST_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -328,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-option", dest="model_option", action="append", metavar="KEY=VALUE")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="an option of the kind's export pass, e.g. batch=1 (a static decode graph) or vq_form=int8")
+    p.add_argument("--trust-model-file", dest="trust_model_file", action="store_true", help=TRUST_HELP)
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_export)
 
@@ -356,6 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="pass option (repeatable)")
     p.add_argument("--model-option", dest="model_option", action="append", metavar="KEY=VALUE",
                    help="argument of the model's producer (repeatable)")
+    p.add_argument("--trust-model-file", dest="trust_model_file", action="store_true", help=TRUST_HELP)
     p.add_argument("--calibration-data", dest="calibration_data",
                    help="calibration inputs: .npy / .npz / a folder of them, or UTF-8 text for an RWKV checkpoint")
     p.add_argument("--eval-data", dest="eval_data",
@@ -387,7 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("deploy", help="run a target's whole plan for a model and write a report folder")
     p.add_argument("model", nargs="?", help="a producer name (`edgesmith models`) or your model: model.onnx, "
-                                            "file.py:factory, model.pt (TorchScript), model.pt2 (torch.export), an "
+                                            "file.py:factory (imports and runs that file: your code), model.pt "
+                                            "(TorchScript), model.pt2 (torch.export), an "
                                             "RWKV .pth, a saved tree ensemble .npz, a netx network .net/.h5 (or set it in --recipe)")
     p.add_argument("--target", help="target name (see `edgesmith targets`)")
     _add_deploy_flags(p)
@@ -403,6 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the cells as Ray tasks: auto (the cluster started by `ray start`), an address, or local "
                         "(a Ray instance of this process)")
     p.add_argument("--force", action="store_true", help="run every cell again, finished ones too")
+    p.add_argument("--yes", action="store_true", help="run a grid of more than 1,000 cells")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_sweep)
 
@@ -422,13 +431,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except EdgesmithError as e:
-        print(f"edgesmith: error: {e.problem}", file=sys.stderr)
+        print(f"edgesmith: {'interrupted' if isinstance(e, Interrupted) else 'error'}: {e.problem}", file=sys.stderr)
         if e.fix:
             print(f"  fix: {e.fix}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("edgesmith: interrupted; nothing was written to the output path.", file=sys.stderr)
         return 130
+    except SystemExit as e:  # argparse is done: this is a user's factory or training code calling sys.exit
+        print(f"edgesmith: error: the model's own code called sys.exit({e.code!r}); nothing was written.",
+              file=sys.stderr)
+        print("  fix: let the factory return the model (and raise, not exit, on a problem).", file=sys.stderr)
+        return 2
     except MemoryError:
         print("edgesmith: error: the machine ran out of memory.", file=sys.stderr)
         print("  fix: use smaller batches, fewer calibration samples or a smaller model; nothing was written.",
@@ -438,11 +452,25 @@ def main(argv: list[str] | None = None) -> int:
         from edgesmith.common import _WRITE_ERRNOS
 
         if e.errno not in _WRITE_ERRNOS:
-            raise
+            return _internal(e)
         what, fix = _WRITE_ERRNOS[e.errno]
         print(f"edgesmith: error: {what} ({e.filename or e.strerror}).", file=sys.stderr)
         print(f"  fix: {fix}.", file=sys.stderr)
         return 2
+    except Exception as e:
+        return _internal(e)
+
+
+def _internal(e: BaseException) -> int:
+    """A fault of edgesmith's own, not the user's: one line and how to get the traceback (EDGESMITH_DEBUG=1)."""
+    if os.environ.get("EDGESMITH_DEBUG", "") not in ("", "0"):
+        raise e
+    from edgesmith.common import raised
+
+    print(f"edgesmith: internal error: {raised(e, 300)}", file=sys.stderr)
+    print("  fix: this is edgesmith's fault, not yours: run again with EDGESMITH_DEBUG=1 for the traceback and "
+          "report it; nothing was written.", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

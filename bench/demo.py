@@ -27,16 +27,21 @@ def run_demo(recipe_path: Path, out: Path, *, force: bool = False, progress: boo
     check_output(out, force=force, folder=True)
     flags = argparse.Namespace(quiet=not progress, tvm_tune_trials=tune_trials or None)
     # every deploy's options are built (and so checked) before the first one runs
+    from edgesmith.bench.deploy import deploy, preflight
+
     runs = []
-    for entry in deploys:
+    for i, entry in enumerate(deploys):
         folder = f"{entry.get('model', recipe.get('model'))}-{entry.get('target', recipe.get('target'))}"
-        runs.append((folder, deploy_options(flags, recipe, {**entry, "out": folder})))
+        opts = deploy_options(flags, recipe, {**entry, "out": folder})
+        try:
+            preflight(opts)
+        except EdgesmithError as e:
+            raise EdgesmithError(f"recipe {recipe_path} [[deploy]] {i + 1}: {e.problem}", e.fix) from None
+        runs.append((folder, opts))
     with atomic_path(out, force=force) as tmp:
         tmp.mkdir(parents=True)
         summary = []
         for folder, opts in runs:
-            from edgesmith.bench.deploy import deploy
-
             opts.out = tmp / folder
             opts.force = False
             deploy(opts)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from edgesmith.common import EdgesmithError, atomic_path, check_output
+from edgesmith.common import EdgesmithError, atomic_path, check_output, scratch_dir
 
 VARIANTS = {"dense": "dense", "sparse": "sparse", "fixed": "sparse-fixed"}
 # the runtimes each variant runs in, the default first: torch runs the float model on a whole clip (its
@@ -135,6 +135,31 @@ def _write_wav(path: Path, rate: int, data: np.ndarray, bits: int | None) -> Non
     wavfile.write(str(path), rate, data[:, 0] if data.shape[1] == 1 else data)
 
 
+SEGMENT_S, OVERLAP_S = 30.0, 0.5  # a long file is enhanced 30 s at a time, cross-faded over 0.5 s
+
+
+def _in_segments(piece, x: np.ndarray, seg: int, overlap: int) -> np.ndarray:
+    """``piece`` applied to ``x`` in segments of ``seg`` samples that overlap by ``overlap``, cross-faded linearly:
+    the model's memory (its STFT and mask, some 30x the samples) stays that of one segment whatever the file's length,
+    and its state starts afresh every segment. A file of one segment is ``piece(x)`` exactly."""
+    if len(x) <= seg:
+        return piece(x)
+    out = np.zeros(len(x))
+    ramp = np.linspace(0.0, 1.0, overlap + 2)[1:-1]
+    start = 0
+    while True:
+        stop = min(start + seg, len(x))
+        w = np.ones(stop - start)
+        if start > 0:
+            w[:overlap] = ramp
+        if stop < len(x):
+            w[-overlap:] = ramp[::-1]
+        out[start:stop] += piece(x[start:stop]) * w
+        if stop == len(x):
+            return out
+        start = stop - overlap
+
+
 def denoise_file(producer, mask_fn, src: Path, dst: Path, force: bool = False, downmix: bool = False) -> dict:
     """One WAV file: every channel enhanced (or their mean, with ``downmix``); the record has the file's shape
     and its real-time factors."""
@@ -155,11 +180,14 @@ def denoise_file(producer, mask_fn, src: Path, dst: Path, force: bool = False, d
         model_s[0] += time.perf_counter() - t0
         return m
 
+    def piece(part: np.ndarray) -> np.ndarray:
+        y = producer.enhance_waveform(timed, resample(part, rate, model_rate).astype(np.float32))
+        back = resample(np.asarray(y, np.float64), model_rate, rate)
+        return np.pad(back, (0, max(0, len(part) - len(back))))[: len(part)]
+
     t0 = time.perf_counter()
     for c in range(x.shape[1]):
-        y = producer.enhance_waveform(timed, resample(x[:, c], rate, model_rate).astype(np.float32))
-        back = resample(np.asarray(y, np.float64), model_rate, rate)
-        out[:, c] = np.pad(back, (0, max(0, len(x) - len(back))))[: len(x)]
+        out[:, c] = _in_segments(piece, x[:, c], int(SEGMENT_S * rate), int(OVERLAP_S * rate))
     total_s = time.perf_counter() - t0
     audio_s = len(x) / rate * x.shape[1]
     # the model is trained on a scale-invariant loss, so its mask may raise the level: rather than clip, the
@@ -177,13 +205,11 @@ def denoise_file(producer, mask_fn, src: Path, dst: Path, force: bool = False, d
 def denoise(inp, out, *, model: str | None = None, variant: str = "dense", runtime: str | None = None,
             downmix: bool = False, force: bool = False, seed: int = 0, model_options: dict | None = None, progress: bool = True) -> list[dict]:
     """Denoise a WAV file or a folder of them into ``out`` (a file, or a folder for a folder)."""
-    import tempfile
-
     runtime = check_choice(variant, runtime)
 
     inp, out = Path(inp), Path(out)
     if inp.is_dir():
-        files = sorted(inp.glob("*.wav"))
+        files = sorted(f for f in inp.iterdir() if f.suffix.lower() == ".wav" and f.is_file())  # B.WAV too
         if not files:
             raise EdgesmithError(f"{inp} holds no .wav files.", "pass a WAV file or a folder of WAV files.")
         targets = [out / f.name for f in files]
@@ -200,7 +226,7 @@ def denoise(inp, out, *, model: str | None = None, variant: str = "dense", runti
     for f in files:  # every input is checked before any work: a bad file fails the whole run up front
         read_pcm(f)
     producer = _audio_producer(model, seed, model_options or {}).build()
-    with tempfile.TemporaryDirectory(prefix="edgesmith-denoise-") as tmp:
+    with scratch_dir("denoise") as tmp:
         mask_fn = mask_function(producer, variant, runtime, Path(tmp), seed)
         if inp.is_dir():
             out.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,7 @@ from edgesmith.bench.latency import measure_isolated
 from edgesmith.bench.ood_monitor import ood_entry, ood_reference
 from edgesmith.bench.report import write_report
 from edgesmith.bench.sources.base import UserRequest, resolve_model
-from edgesmith.common import EdgesmithError, atomic_path, check_output
+from edgesmith.common import EdgesmithError, atomic_path, check_output, check_seed
 from edgesmith.compress import Artifact, PassContext, run_passes
 from edgesmith.compress.base import IN_MEMORY_FORMATS, n_samples
 from edgesmith.compress.calibration_select import check_selector, select_calibration
@@ -65,6 +65,7 @@ class DeployOptions:
     metric: str | None = None
     input_shapes: dict = field(default_factory=dict)  # {input name or "": per-sample shape} to trace a model
     input_types: dict = field(default_factory=dict)  # {input name or "": numpy type name} of those (float32 if not)
+    trust_model_file: bool = False  # a model file may be unpickled (it can run code): only if the user says so
     train_fn: object = None  # Python API only: the user's train_fn(model) that QAT passes call instead of their loop
 
     def __post_init__(self):
@@ -76,7 +77,8 @@ class DeployOptions:
                                            for b in self.batch_sizes):
                 raise EdgesmithError(f"batch sizes {list(self.batch_sizes)} are not all positive whole numbers.",
                                      "use e.g. --batch 1 --batch 64.")
-        for name, lo in (("warmup", 0), ("reps", 5), ("threads", 0), ("seed", 0)):
+        check_seed(self.seed)
+        for name, lo in (("warmup", 0), ("reps", 5), ("threads", 0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise EdgesmithError(f"{name} is {v!r}.", f"use a whole number of at least {lo}"
@@ -237,6 +239,32 @@ def load_training_data(producer, path: str):
     return x, data.labels
 
 
+def _check_finite_outputs(out, model: str) -> None:
+    """The reference's outputs on the probe inputs are finite: a NaN would score every variant "nan" and still pass."""
+    arrays = out.values() if isinstance(out, dict) else out if isinstance(out, (list, tuple)) else [out]
+    for a in arrays:
+        a = np.asarray(a)
+        if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
+            raise EdgesmithError(f"{model} returns NaN or infinite values on its example inputs.",
+                                 "check the model's weights for NaN (a diverged training run) and give inputs in the "
+                                 "range it expects (--calibration-data / --eval-data).")
+
+
+def preflight(opts: DeployOptions) -> None:
+    """What can be checked of a deploy without building or loading its model: the target, the model's name or
+    file, and for a producer its arguments, its kind on that target and the kind's options. A demo and a sweep run
+    it on every deploy before the first one starts."""
+    from edgesmith.bench.sources.base import check_model_spec
+    from edgesmith.models.base import check_producer_options, producer_class
+
+    target = get_target(opts.target)
+    check_model_spec(opts.model)
+    if producer_class(opts.model) is not None:
+        kind = get_kind(check_producer_options(opts.model, opts.model_options).kind)
+        target.check_kind(kind.name, opts.model)
+        kind.options(opts.plan.options)
+
+
 def deploy(opts: DeployOptions) -> Path:
     """Run the plan of ``opts.target`` for ``opts.model``; returns the report folder."""
     check_output(opts.out, force=opts.force, folder=True)
@@ -244,7 +272,7 @@ def deploy(opts: DeployOptions) -> Path:
     producer = resolve_model(opts.model, UserRequest(
         calibration_data=opts.calibration_data, eval_data=opts.eval_data, labels=opts.labels, metric=opts.metric,
         input_shapes=dict(opts.input_shapes), input_types=dict(opts.input_types), options=dict(opts.model_options),
-        seed=opts.seed), seed=opts.seed)
+        seed=opts.seed, trust_model_file=opts.trust_model_file), seed=opts.seed)
     kind = get_kind(producer.kind)
     kind.check_producer(producer)
     if opts.train_data is not None:  # before any plan: it decides whether QAT variants are offered
@@ -272,6 +300,7 @@ def deploy(opts: DeployOptions) -> Path:
     ref_eval = producer.evaluate(predictor(ref_rt, ref_art))
     probe = producer.example_inputs(getattr(producer, "fixed_batch", None) or kind.probe_samples)
     ref_out = predictor(ref_rt, ref_art)(probe)
+    _check_finite_outputs(ref_out, opts.model)
     ood_ref = ood_reference(producer, lambda x: ref_rt.run(x).outputs, seed=opts.seed)  # None: no OOD inputs
 
     # one calibration set for every variant: the influence selector runs the fp32 model over its pool

@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,7 @@ import numpy as np
 
 from edgesmith.bench.memory import MemoryStats, artifact_size_bytes, current_rss_bytes, peak_rss_bytes
 from edgesmith.compress.base import Artifact
-from edgesmith.common import EdgesmithError, run_child, write_json
+from edgesmith.common import EdgesmithError, run_child, write_json, scratch_dir
 from edgesmith.runtimes.base import Runtime, as_input, get_runtime
 
 METHOD_IN_PROCESS = "perf_counter_ns around run(), in-process"
@@ -267,7 +266,7 @@ def measure_isolated(runtime_name: str, artifact: Artifact, inputs, *, threads: 
         raise EdgesmithError("runtime_options must be JSON values to reach the measurement process.",
                              "pass numbers, strings, lists or dicts as runtime options.") from None
     what = f"{artifact.describe()} on {runtime_name}"
-    with tempfile.TemporaryDirectory(prefix="edgesmith-bench-") as tmp:
+    with scratch_dir("bench") as tmp:
         workdir = Path(tmp)
         spec_artifact = {"format": artifact.format, "meta": _json_meta(artifact.meta)}
         if artifact.format == "torch":

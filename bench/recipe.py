@@ -31,6 +31,7 @@ from pathlib import Path
 from edgesmith.common import EdgesmithError
 
 TOP = {"model": str, "target": str, "out": str, "seed": int, "threads": int, "force": bool, "sensitivity": bool,
+       "trust_model_file": bool,
        "calibration_data": str, "train_data": str, "eval_data": str, "labels": str, "metric": str, "input_shape": list}
 PLAN = {"tvm": bool, "tvm_tune_trials": int, "tvm_records": bool, "variants": list}
 BENCH = {"batch_sizes": list, "warmup": int, "reps": int, "n_calibration": int, "calibration_select": str}
@@ -77,6 +78,8 @@ def check_deploy_table(data: dict, where: str) -> dict:
 
 def read_toml(p: Path, what: str = "recipe") -> dict:
     """A TOML file as a dict; a missing file or bad syntax is one clear error naming ``what`` it is."""
+    if p.is_dir():
+        raise EdgesmithError(f"{what} {p} is a folder, not a TOML file.", f"give the path of the {what} file itself.")
     if not p.is_file():
         raise EdgesmithError(f"{what} {p} does not exist.", f"check the path of the {what}.")
     try:
@@ -159,6 +162,7 @@ def deploy_options(args, recipe: dict, overrides: dict | None = None):
     from edgesmith.bench.sources.base import parse_input_shapes
     from edgesmith.hardware import PlanOptions
 
+    recipe_deploys = recipe.get("deploy") or []
     recipe = merged(recipe, overrides or {})
     plan_kw = dict(recipe.get("plan", {}))
     bench_kw = dict(recipe.get("bench", {}))
@@ -179,7 +183,7 @@ def deploy_options(args, recipe: dict, overrides: dict | None = None):
             bench_kw[name] = v
     if "batch_sizes" in bench_kw:
         bench_kw["batch_sizes"] = tuple(bench_kw["batch_sizes"])
-    top = {k: recipe[k] for k in ("seed", "threads", "force", "sensitivity") if k in recipe}
+    top = {k: recipe[k] for k in ("seed", "threads", "force", "sensitivity", "trust_model_file") if k in recipe}
     for name in ("seed", "threads"):
         v = getattr(args, name, None)
         if v is not None:
@@ -188,8 +192,13 @@ def deploy_options(args, recipe: dict, overrides: dict | None = None):
         top["force"] = True
     if getattr(args, "sensitivity", False):
         top["sensitivity"] = True
+    if getattr(args, "trust_model_file", False):
+        top["trust_model_file"] = True
     model = getattr(args, "model", None) or recipe.get("model")
     target = getattr(args, "target", None) or recipe.get("target")
+    if not model and recipe_deploys:
+        raise EdgesmithError(f"the recipe lists {len(recipe_deploys)} [[deploy]] table(s), which `deploy` does not run.",
+                             "run them with `edgesmith demo --recipe FILE`, or set model at the recipe's top level.")
     if not model:
         raise EdgesmithError("no model given.", "pass MODEL or set model in the recipe.")
     if not target:

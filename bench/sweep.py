@@ -31,6 +31,7 @@ import argparse
 import hashlib
 import itertools
 import json
+import math
 import os
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -40,7 +41,7 @@ from pathlib import Path
 
 from edgesmith import __version__
 from edgesmith.bench.recipe import INPUT_PATHS, anchored, check_deploy_table, deploy_options, merged, read_toml
-from edgesmith.common import EdgesmithError, atomic_path, write_json
+from edgesmith.common import EdgesmithError, Interrupted, atomic_path, check_output_path, scratch_dir, write_json
 
 SWEEP = {"out": str, "workers": int, "threads_per_cell": int}
 MARKER = ".edgesmith-sweep"
@@ -90,8 +91,12 @@ def _set_dotted(spec: dict, dotted: str, value) -> None:
         spec[head] = value
 
 
-def load_sweep(path: str | os.PathLike) -> tuple[dict, list[Cell]]:
-    """The sweep settings and its cells, every cell's deploy table checked (no work done yet)."""
+MAX_CELLS = 1000  # a larger grid is run only with --yes (yes=True): a typo in [grid] can multiply it by thousands
+
+
+def load_sweep(path: str | os.PathLike, *, yes: bool = False) -> tuple[dict, list[Cell]]:
+    """The sweep settings and its cells, every cell's deploy table checked (no work done yet); a grid of more than
+    ``MAX_CELLS`` cells is refused unless ``yes``."""
     p = Path(path)
     data = read_toml(p, "sweep recipe")
     settings = data.pop("sweep", {})
@@ -116,6 +121,10 @@ def load_sweep(path: str | os.PathLike) -> tuple[dict, list[Cell]]:
         if not isinstance(v, list) or not v:
             raise EdgesmithError(f"sweep recipe {p}: [grid] {k} is {v!r}, not a non-empty list of values.",
                                  f"write e.g. {k} = [value1, value2].")
+    n_cells = sum(math.prod(len(v) for k, v in axes.items() if k not in _flatten(extra)) for extra in (listed or [{}]))
+    if n_cells > MAX_CELLS and not yes:
+        raise EdgesmithError(f"sweep recipe {p} has {n_cells:,} cells (more than {MAX_CELLS:,}).",
+                             "check [grid] for a runaway axis, or pass --yes (yes=True) to run them all.")
     cells = []
     for extra in (listed or [{}]):
         own = _flatten(extra)  # a key a [[cell]] sets itself is not crossed with the grid for that cell
@@ -135,7 +144,10 @@ def load_sweep(path: str | os.PathLike) -> tuple[dict, list[Cell]]:
     hashed: dict = {}  # each file hashed once for all the cells (they share the weights: 40 MB x 42 cells)
     for c in cells:  # the threads a cell is measured with are part of what it is (and of its key)
         c.spec.setdefault("threads", threads)
-        _check_cell(c.spec)
+        try:
+            _check_cell(c.spec)
+        except EdgesmithError as e:
+            raise EdgesmithError(f"sweep recipe {p} cell {c.index + 1} ({c.name}): {e.problem}", e.fix) from None
         c.key = cell_key(c.spec, hashed)
     if len({c.key for c in cells}) < len(cells):
         raise EdgesmithError(f"sweep recipe {p}: two cells deploy the same thing.",
@@ -144,19 +156,11 @@ def load_sweep(path: str | os.PathLike) -> tuple[dict, list[Cell]]:
 
 
 def _check_cell(spec: dict) -> None:
-    """What can be checked of a cell without building anything: its deploy options, and for a registered producer
-    its kind's options and whether the target runs that kind (a typo must not surface after an hour of cells)."""
-    from edgesmith.hardware import get_target
-    from edgesmith.models.base import producer_class
-    from edgesmith.models.kinds import get_kind
+    """What can be checked of a cell without building anything (``deploy.preflight``): a typo must not surface after
+    an hour of cells."""
+    from edgesmith.bench.deploy import preflight
 
-    opts = deploy_options(argparse.Namespace(quiet=True), spec, {"out": "unused"})
-    target = get_target(opts.target)
-    cls = producer_class(opts.model)
-    if cls is not None:
-        kind = get_kind(cls.kind)
-        target.check_kind(kind.name, opts.model)
-        kind.options(opts.plan.options)
+    preflight(deploy_options(argparse.Namespace(quiet=True), spec, {"out": "unused"}))
 
 
 def _model_path(model: str) -> Path | None:
@@ -249,8 +253,6 @@ ENV_KEYS = ("EDGESMITH_CACHE", "EDGESMITH_NO_SHIPPED_WEIGHTS")  # the driver's s
 
 def _ray_cell(spec: dict, threads: int, env: dict) -> dict:
     """A Ray task: deploy into a scratch folder of the worker's machine, hand back the report itself."""
-    import tempfile
-
     import ray
 
     for k in ENV_KEYS:  # a Ray worker is reused across tasks: set (or clear) what the driver had
@@ -258,7 +260,7 @@ def _ray_cell(spec: dict, threads: int, env: dict) -> dict:
             os.environ[k] = env[k]
         else:
             os.environ.pop(k, None)
-    with tempfile.TemporaryDirectory(prefix="edgesmith-sweep-cell-") as tmp:
+    with scratch_dir("sweep-cell") as tmp:
         result = run_cell(spec, str(Path(tmp) / "deploy"), threads)
     result["ray_node"] = ray.get_runtime_context().get_node_id()
     return result
@@ -292,6 +294,7 @@ def _done(folder: Path, cell: Cell) -> dict | None:
 
 
 def _prepare_out(out: Path) -> None:
+    check_output_path(out)
     if out.exists() and not (out / MARKER).exists():
         raise EdgesmithError(f"{out} exists and is not a sweep folder.",
                              "choose another --out (a sweep folder is reused: its finished cells are kept).")
@@ -301,12 +304,13 @@ def _prepare_out(out: Path) -> None:
 
 
 def run_sweep(recipe: str | os.PathLike, out: str | os.PathLike | None = None, *, workers: int | None = None,
-              ray: str | None = None, force: bool = False, progress: bool = True, log=print, select=None) -> dict:
+              ray: str | None = None, force: bool = False, progress: bool = True, log=print, select=None,
+              yes: bool = False) -> dict:
     """Run the cells of ``recipe`` not done yet; merge every cell into the sweep report. Returns its summary.
     ``select(cell) -> bool`` keeps a subset of the recipe's cells (a script's --targets, say)."""
     from tqdm.auto import tqdm
 
-    settings, cells = load_sweep(recipe)
+    settings, cells = load_sweep(recipe, yes=yes)
     if select is not None:
         cells = [c for c in cells if select(c)]
         if not cells:
@@ -330,22 +334,28 @@ def run_sweep(recipe: str | os.PathLike, out: str | os.PathLike | None = None, *
         + (f"on Ray ({ray})" if ray else f"on {min(workers, max(1, len(todo)))} local worker(s)")
         + f", {threads} thread(s) each")
     t0 = time.perf_counter()
-    failed = {}
+    failed, elsewhere = {}, 0  # elsewhere: cells another sweep into the same folder finished meanwhile
     bar = tqdm(total=len(todo), desc="sweep", unit="cell", disable=not progress or not todo)
     run = _run_on_ray if ray else _run_local
     try:
-        for cell, result, error in run(todo, out, workers, threads, ray):
+        for cell, result, error in run(todo, out, workers, threads, ray, force):
             if error is None:
-                records[cell.key] = _write_cell(out / "cells" / cell.key, cell, result, "ray" if ray else "local")
+                elsewhere += result.get("ran") is False
+                records[cell.key] = result["record"] if "record" in result else \
+                    _write_cell(out / "cells" / cell.key, cell, result, "ray" if ray else "local")
             else:
                 failed[cell.key] = {"cell": cell.name, "error": error}
                 log(f"[edgesmith] cell {cell.name} failed: {error}")
             bar.update(1)
+    except KeyboardInterrupt:
+        raise Interrupted(f"the {len(records)} finished cell(s) of {len(cells)} are kept in {out}.",
+                          "run the same command again to run the others.") from None
     finally:
         bar.close()
     wall = time.perf_counter() - t0
-    report = merge(cells, records, failed, {"recipe": str(Path(recipe).resolve()), "ran": len(todo) - len(failed),
-                                            "cached": len(cells) - len(todo), "failed": len(failed),
+    report = merge(cells, records, failed, {"recipe": str(Path(recipe).resolve()),
+                                            "ran": len(todo) - len(failed) - elsewhere,
+                                            "cached": len(cells) - len(todo) + elsewhere, "failed": len(failed),
                                             "wall_s": wall, "workers": None if ray else workers, "ray": ray,
                                             "threads_per_cell": threads})
     write_sweep_report(out, report)
@@ -367,13 +377,39 @@ def cell_report(out: str | os.PathLike, key: str) -> dict:
     return json.loads((Path(out) / "cells" / key / "deploy" / "report.json").read_text())
 
 
-def _run_local(todo: list[Cell], out: Path, workers: int, threads: int, _ray):
+def _worker_init(parent: int) -> None:  # pragma: no cover - runs in each pool worker
+    """A pool worker dies with the sweep: SIGKILL when its parent dies (even by SIGKILL), so neither it nor the
+    resource tracker (whose pipe the workers hold) is left running; a parent already gone ends it at once."""
+    from edgesmith.common import _die_with_parent
+
+    _die_with_parent()
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _local_cell(cell: Cell, folder: str, threads: int, force: bool) -> dict:
+    """Run one cell in a pool worker under the cell's lock and record it there: a second sweep into the same folder
+    waits for a cell the first one holds, then finds it done instead of running it again."""
+    from filelock import FileLock
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder / ".running.lock")):
+        record = None if force else _done(folder, cell)
+        if record is not None:
+            return {"record": record, "ran": False}
+        return {"record": _write_cell(folder, cell, run_cell(cell.spec, str(folder / "deploy"), threads), "local"),
+                "ran": True}
+
+
+def _run_local(todo: list[Cell], out: Path, workers: int, threads: int, _ray, force: bool = False):
     """(cell, result, error) as cells finish; one process per worker (spawned: no forked torch threads)."""
     if not todo:
         return
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=get_context("spawn"))
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=get_context("spawn"),
+                               initializer=_worker_init, initargs=(os.getpid(),))
     try:
-        pending = {pool.submit(run_cell, c.spec, str(out / "cells" / c.key / "deploy"), threads): c for c in todo}
+        pending = {pool.submit(_local_cell, c, str(out / "cells" / c.key), threads, force): c for c in todo}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
@@ -390,7 +426,7 @@ def _run_local(todo: list[Cell], out: Path, workers: int, threads: int, _ray):
     pool.shutdown()
 
 
-def _run_on_ray(todo: list[Cell], out: Path, workers: int, threads: int, address: str):
+def _run_on_ray(todo: list[Cell], out: Path, workers: int, threads: int, address: str, force: bool = False):
     try:
         import ray
     except ImportError:

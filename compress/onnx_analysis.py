@@ -18,7 +18,6 @@ import contextlib
 import io
 import logging
 import math
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -28,7 +27,7 @@ import onnx
 from onnx import numpy_helper
 
 from edgesmith.compress.base import LayerReport
-from edgesmith.common import EdgesmithError
+from edgesmith.common import EdgesmithError, scratch_dir
 
 WEIGHT_OPS = ("MatMul", "Gemm", "Conv")
 
@@ -187,7 +186,7 @@ def fused_kernels(path) -> dict:
 
     import onnxruntime as ort
 
-    with quiet_onnxruntime(), tempfile.TemporaryDirectory(prefix="edgesmith-opt-") as tmp:
+    with quiet_onnxruntime(), scratch_dir("opt") as tmp:
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
         so.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
@@ -353,7 +352,7 @@ def quiet_onnxruntime() -> Iterator[None]:
 @contextlib.contextmanager
 def scratch_cwd() -> Iterator[None]:
     """Run inside a temporary working directory (for library code that writes debug files into the cwd)."""
-    with tempfile.TemporaryDirectory(prefix="edgesmith-scratch-") as scratch, contextlib.chdir(scratch):
+    with scratch_dir("scratch") as scratch, contextlib.chdir(scratch):
         yield
 
 

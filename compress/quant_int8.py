@@ -52,7 +52,7 @@ from edgesmith.compress.onnx_analysis import (
     tensor_bits,
 )
 from edgesmith.compress.sensitivity import sensitivity_requested, sensitivity_table
-from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.common import EdgesmithError, atomic_path, environment_error
 from edgesmith.models.kinds.tensor import INT8_WEIGHT_OP_TYPES
 
 CALIBRATIONS = ("minmax", "percentile")
@@ -260,6 +260,11 @@ def _quantize(prepared: Path, out: Path, calib: np.ndarray, config: Int8QdqConfi
             )
     except EdgesmithError:
         raise
+    except OSError as e:  # the machine's, not the model's: a full disk, a file-size limit
+        err = environment_error(e, Path(e.filename or out))
+        if err is None:
+            raise
+        raise err from None
     except Exception as e:  # onnxruntime raises ValueError, RuntimeError, Fail...: all mean "cannot quantize"
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         shape_problem = any(w in msg.lower() for w in ("shape", "dimension", "rank", "invalid_argument", "got invalid"))
@@ -453,6 +458,13 @@ def _int8_qdq(artifact: Artifact, config: Int8QdqConfig, ctx: PassContext) -> Pa
     report.size_after_bytes = new.size_bytes()
     report.bits_per_weight = bits_per_weight(report.layers)
     quantized = sum(layer.action == "quantized" for layer in report.layers)
+    if quantized == 0 and not config.allow_empty and any("mask-like" in n for n in report.notes):
+        peak = float(np.max(np.abs(np.concatenate([np.ravel(v) for v in calib.values()])))) \
+            if isinstance(calib, dict) else float(np.max(np.abs(calib)))
+        raise EdgesmithError(f"int8-qdq kept every weight layer in fp32: each reads or writes an activation whose "
+                             f"calibrated range reaches beyond +-{MASK_RANGE:.0e}, where 8-bit codes would erase the "
+                             f"values (the calibration data reaches {peak:.1e}).",
+                             "calibrate on data of the scale the model sees in use (normalised inputs).")
     if quantized == 0 and not config.allow_empty:
         raise EdgesmithError(f"int8-qdq quantized 0 of {len(report.layers)} weight layers of {artifact.path}.",
                              "nothing would change: keep the fp32 model, or pass --option allow_empty=true.")

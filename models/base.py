@@ -166,13 +166,10 @@ def producer_names() -> list[str]:
     return sorted(_PRODUCERS)
 
 
-def producer_class(name: str) -> type[Producer] | None:
-    """The registered class of ``name`` (its class attributes, without building anything); None if unknown."""
-    _import_producers()
-    return _PRODUCERS.get(name)
+def check_producer_options(name: str, kwargs: dict) -> type[Producer]:
+    """The class of producer ``name`` once ``kwargs`` are known to be among its arguments (nothing is built)."""
+    import inspect
 
-
-def get_producer(name: str, **kwargs) -> Producer:
     _import_producers()
     try:
         cls = _PRODUCERS[name]
@@ -181,18 +178,27 @@ def get_producer(name: str, **kwargs) -> Producer:
             f"unknown model {name!r}.",
             f"use one of: {', '.join(producer_names())} (see `edgesmith models`).",
         ) from None
-    import inspect
-
     params = [p for p in inspect.signature(cls.__init__).parameters.values()
-              if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    valid = {p.name for p in params}
-    unknown = sorted(set(kwargs) - valid)
+              if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "seed"]
+    unknown = sorted(set(kwargs) - {p.name for p in params} - {"seed"})
     if unknown:
+        takes = ", ".join(f"{p.name}={p.default!r}" for p in params)
         raise EdgesmithError(f"model {name!r} does not take the option(s) {', '.join(unknown)}.",
-                             f"{name} takes: {', '.join(f'{p.name}={p.default!r}' for p in params if p.name != 'seed')}"
-                             " (and seed).")
+                             f"{name} takes: {takes} (and seed)." if takes else
+                             f"{name} takes no options (only seed); drop --model-option.")
+    return cls
+
+
+def producer_class(name: str) -> type[Producer] | None:
+    """The registered class of ``name`` (its class attributes, without building anything); None if unknown."""
+    _import_producers()
+    return _PRODUCERS.get(name)
+
+
+def get_producer(name: str, **kwargs) -> Producer:
+    cls = check_producer_options(name, kwargs)
     try:
         return cls(**kwargs)
     except TypeError as e:  # a value of the wrong type for one of them
         raise EdgesmithError(f"model {name!r} cannot take these options: {e}.",
-                             f"{name} takes: {', '.join(sorted(valid - {'seed'}))}.") from None
+                             "see `edgesmith models` for what each producer takes.") from None

@@ -11,13 +11,12 @@ code the in-process reference (``netx-ref``) uses.
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from edgesmith.compress.base import Artifact
-from edgesmith.common import EdgesmithError, lava_available, run_in_lava_env
+from edgesmith.common import EdgesmithError, lava_available, run_in_lava_env, scratch_dir
 from edgesmith.runtimes.base import Runtime, register_runtime
 from edgesmith.compress import netx_format as netx_ref
 
@@ -30,7 +29,7 @@ def run_worker(worker: Path, arrays: dict, *, timeout_s: float, what: str, too_l
     Every failure is a user-facing ``EdgesmithError``: a run past ``timeout_s``, or a worker that exits
     non-zero or writes nothing (its last stderr line is quoted).
     """
-    with tempfile.TemporaryDirectory(prefix="edgesmith-lava-") as tmp:
+    with scratch_dir("lava") as tmp:
         src, dst = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
         with open(src, "wb") as f:
             np.savez(f, **arrays)

@@ -35,6 +35,7 @@ class UserRequest:
     input_types: dict = field(default_factory=dict)  # input name ("" for the only one) -> numpy type name
     options: dict = field(default_factory=dict)  # the source's options (--model-option for user models)
     seed: int = 0
+    trust_model_file: bool = False  # --trust-model-file: a model file may be unpickled (it can run code)
     input_shapes_read: bool = field(default=False, repr=False)  # set where example inputs were made from them
 
     @property
@@ -199,9 +200,28 @@ def resolve_model(spec: str, request: UserRequest, *, seed: int = 0):
         model = src.load(spec, request)
         request.check_all_used(src.name)
         return model
+    _refuse_unknown(spec)
+
+
+def check_model_spec(spec: str) -> None:
+    """Without loading anything, what ``resolve_model`` would refuse first: ``spec`` names neither a producer nor
+    a file (``net.py`` of ``net.py:make``) that exists and a model source reads. A sweep and a demo check every
+    model this way before their first deploy."""
+    from edgesmith.bench.sources.torch_factory import split_factory
+    from edgesmith.models import producer_names
+
+    if spec in producer_names():
+        return
+    if find_source(spec) is None:
+        _refuse_unknown(spec)
+    stem, _ = split_factory(spec)
+    if not Path(stem).exists():
+        raise EdgesmithError(f"model file {stem} does not exist.", "check the path.")
+
+
+def _refuse_unknown(spec: str):
     names = source_names()
-    p = Path(spec)
-    if p.exists():
+    if Path(spec).exists():
         raise EdgesmithError(f"{spec} is not a model file edgesmith can read.",
                              f"give an ONNX file, file.py:factory, a TorchScript (.pt) or torch.export (.pt2) file, an "
                              f"RWKV .pth checkpoint, a saved tree ensemble (.npz), a netx network (.net/.h5) or a NIR "

@@ -56,6 +56,13 @@ def load_checked(path: Path):
     external = [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
     for t in external:
         loc = next((e.value for e in t.external_data if e.key == "location"), None)
+        folder = path.parent.resolve()
+        if loc is not None and (Path(loc).is_absolute() or not (folder / loc).resolve().is_relative_to(folder)):
+            # a data file outside the model's folder is how a hostile model reads other files (onnx refuses too)
+            raise EdgesmithError(f"{path} keeps tensor {t.name!r} in an external data file {loc!r} outside the "
+                                 f"model's folder {path.parent}; edgesmith (like onnx) reads data files only from "
+                                 "there.", "re-save the model with its data file beside it (onnx.save_model(..., "
+                                 "save_as_external_data=True, location='NAME.data')).")
         if loc is None or not (path.parent / loc).is_file():
             raise EdgesmithError(f"{path} keeps tensor {t.name!r} in an external data file {loc!r} that is not "
                                  f"next to it in {path.parent}.", "copy the .onnx file together with its data file(s).")

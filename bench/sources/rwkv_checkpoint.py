@@ -44,7 +44,7 @@ class RWKVCheckpointSource(ModelSource):
     def load(self, spec: str, request: UserRequest):
         from edgesmith.models.rwkv.checkpoint import load_rwkv
 
-        return rwkv_user_model(load_rwkv(spec), Path(spec).name, request, [])
+        return rwkv_user_model(load_rwkv(spec, request.trust_model_file), Path(spec).name, request, [])
 
 
 def _is_edgesmith_quantized(path: Path) -> bool:

@@ -3,10 +3,12 @@ deployed like any ONNX file. Its shapes are those it was exported with: a progra
 keeps a fixed batch of 1 (the deploy then times batch 1 only)."""
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 
 from edgesmith.bench.sources.base import ModelSource, UserRequest, file_digest, register_source
+from edgesmith.bench.sources.safe_load import NeedsPickle, no_pickles, refuse_pickle, zip_members
 from edgesmith.common import EdgesmithError
 
 
@@ -29,11 +31,17 @@ class TorchExportSource(ModelSource):
         path = Path(spec)
         if not path.is_file():
             raise EdgesmithError(f"model file {path} does not exist.", "check the path.")
+        if zip_members(path) is None:  # torch.export.save writes a zip: nothing else is handed to its loader
+            raise EdgesmithError(f"{path} is not a torch.export program (not a zip archive).",
+                                 "save it with torch.export.save(torch.export.export(model, args), path).")
         quiet = logging.getLogger("torch.export")  # it logs a damaged archive with a traceback, then raises
         level = quiet.level
-        quiet.setLevel(logging.ERROR)
+        quiet.setLevel(logging.CRITICAL)
         try:
-            program = torch.export.load(str(path))
+            with contextlib.nullcontext() if request.trust_model_file else no_pickles():
+                program = torch.export.load(str(path))
+        except NeedsPickle:
+            raise refuse_pickle(path, "is a torch.export program with pickled members") from None
         except Exception as e:
             raise EdgesmithError(f"{path} is not a torch.export program ({type(e).__name__}).",
                                  "save it with torch.export.save(torch.export.export(model, args), path).") from None

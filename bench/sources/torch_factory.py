@@ -22,7 +22,7 @@ import numpy as np
 
 from edgesmith.bench.sources.base import (ModelSource, UserRequest, file_digest, register_source, sample_inputs,
                                           work_path)
-from edgesmith.common import EdgesmithError, atomic_path, quiet_native_output
+from edgesmith.common import EdgesmithError, atomic_path, quiet_native_output, raised
 
 OP_PATTERNS = (r"operator '?([\w:.]+)'? to ONNX", r"Unsupported: ONNX export of operator ([\w:.]+)",
                r"'(aten::\w+(?:\.\w+)?)'", r"(aten::\w+(?:\.\w+)?)", r"(aten\.\w+(?:\.\w+)?)")
@@ -122,16 +122,21 @@ def export_to_onnx(module, label: str, key: bytes, request: UserRequest, program
     try:  # the user's forward on inputs of the shapes the user gave (or the model declares)
         with torch.no_grad():
             ref = module(*args) if program is None else program.module()(*args)
-    except Exception as e:  # a model raises anything; its message says what did not fit
+    except (Exception, SystemExit) as e:  # a model raises anything; its message says what did not fit
         shapes = ", ".join(f"{n} {tuple(a.shape)} {str(a.dtype).replace('torch.', '')}" for n, a in zip(names, args))
-        first = (str(e).strip().splitlines() or [""])[0][:300]
-        raise EdgesmithError(f"{label} fails on example inputs ({shapes}): {type(e).__name__}: {first}",
+        raise EdgesmithError(f"{label} fails on example inputs ({shapes}): {raised(e, 300)}",
                              "give inputs of the shape, type and range its forward takes: --input-shape [NAME=]D,D,... "
                              "(without the batch; float32 unless a type follows, e.g. ids=16:int64), or data files like them "
                              "(--calibration-data / --eval-data; --example-data for export).") from None
     ref = ref if isinstance(ref, (tuple, list)) else (ref,)
     out_names = ["output"] if len(ref) == 1 else [f"output_{i}" for i in range(len(ref))]
     want = [r.detach().numpy() for r in ref]
+    bad = [n for n, w in zip(out_names, want) if np.issubdtype(w.dtype, np.floating) and not np.isfinite(w).all()]
+    if bad:  # a reference of NaN would score every variant "nan" and pass as a deploy
+        shapes = ", ".join(f"{n} {tuple(a.shape)} {str(a.dtype).replace('torch.', '')}" for n, a in zip(names, args))
+        raise EdgesmithError(f"{label} returns NaN or infinite values ({', '.join(bad)}) on example inputs ({shapes}).",
+                             "check its weights for NaN (a diverged training run) and give inputs in the range it "
+                             "expects (--calibration-data / --eval-data).")
     batch_dynamic = len(args[0]) > 1 and _program_batch(program) is None and all(w.shape[:1] == (len(args[0]),)
                                                                                   for w in want)
     via_file = out.with_name(out.name + ".via")  # which exporter wrote a cached file, and why not the first
@@ -347,16 +352,16 @@ def load_factory(spec: str, seed: int = 0):
         torch.manual_seed(seed)
         try:
             loader.loader.exec_module(module)
-        except Exception as e:
-            raise EdgesmithError(f"importing {path} failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
+        except (Exception, SystemExit) as e:  # the user's code may also call sys.exit: still one line, exit 2
+            raise EdgesmithError(f"importing {path} failed: {raised(e)}",
                                  "fix the file so that `python file.py` runs.") from None
         factory = getattr(module, name, None)
         if not callable(factory):
             raise EdgesmithError(f"{path} has no function {name!r}.", f"define def {name}(): return my_module().")
         try:
             net = factory()
-        except Exception as e:
-            raise EdgesmithError(f"{spec}() failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
+        except (Exception, SystemExit) as e:
+            raise EdgesmithError(f"{spec}() failed: {raised(e)}",
                                  "make the factory return an nn.Module without arguments.") from None
     if not isinstance(net, torch.nn.Module):
         raise EdgesmithError(f"{spec}() returned a {type(net).__name__}, not a torch.nn.Module.",

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgesmith.bench.sources.base import ModelSource, UserRequest, file_digest, register_source
-from edgesmith.common import EdgesmithError
+from edgesmith.bench.sources.safe_load import is_torchscript, refuse_pickle, zip_members
+from edgesmith.common import EdgesmithError, raised
 
 SUFFIXES = (".pt", ".ts", ".torchscript", ".jit")
 
@@ -29,6 +30,15 @@ class TorchScriptSource(ModelSource):
         path = Path(spec)
         if not path.is_file():
             raise EdgesmithError(f"model file {path} does not exist.", "check the path.")
+        members = zip_members(path)
+        if members is not None and not is_torchscript(members):  # torch.save(model): a pickle of Python classes
+            if not request.trust_model_file:
+                raise refuse_pickle(path, "is a pickled model (torch.save), not TorchScript")
+            with torch.no_grad():
+                net = _trusted_module(path)
+            onnx_path, notes = export_to_onnx(net, path.name, file_digest(path), request)
+            prepared, more = prepare(onnx_path)
+            return onnx_user_model(prepared, path.name, request, notes + more)
         try:
             net = torch.jit.load(str(path), map_location="cpu").eval()
         except Exception as e:
@@ -40,3 +50,19 @@ class TorchScriptSource(ModelSource):
             onnx_path, notes = export_to_onnx(net, path.name, file_digest(path), request)
         prepared, more = prepare(onnx_path)
         return onnx_user_model(prepared, path.name, request, notes + more)
+
+
+def _trusted_module(path: Path):
+    """A module pickled whole by ``torch.save``, unpickled because the user said ``--trust-model-file`` (its classes
+    must be importable here)."""
+    import torch
+
+    try:
+        net = torch.load(path, map_location="cpu", weights_only=False)
+    except (Exception, SystemExit) as e:
+        raise EdgesmithError(f"{path} could not be unpickled: {raised(e)}",
+                             "make the model's classes importable (PYTHONPATH), or save it with torch.jit.save.") from None
+    if not isinstance(net, torch.nn.Module):
+        raise EdgesmithError(f"{path} holds a {type(net).__name__}, not a torch.nn.Module.",
+                             "save the module itself, or its TorchScript (torch.jit.save).")
+    return net.eval()

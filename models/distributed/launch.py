@@ -22,12 +22,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgesmith.common import EdgesmithError
+from edgesmith.common import EdgesmithError, scratch_dir
 from edgesmith.models.distributed.comm import BACKEND_ENV, TIMEOUT_ENV
 
 
@@ -81,7 +80,7 @@ def launch(module: str, config: dict, nproc: int, *, timeout_s: float = 300.0, b
     env = {**os.environ, BACKEND_ENV: backend, TIMEOUT_ENV: str(collective_timeout_s), "OMP_NUM_THREADS": "1"}
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    with tempfile.TemporaryDirectory(prefix="edgesmith-dist-") as tmp:
+    with scratch_dir("dist") as tmp:
         result_file = Path(tmp) / "result.json"
         cmd = [torchrun_path(), "--nproc-per-node", str(nproc), "--standalone", "-m", module,
                "--config", json.dumps(config), "--result", str(result_file)]

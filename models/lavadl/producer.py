@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from edgesmith.common import EdgesmithError, atomic_files, cache_dir, run_in_lava_env
+from edgesmith.common import EdgesmithError, atomic_files, cache_dir, run_in_lava_env, scratch_dir
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
 from edgesmith.models.digits import _load_digits_split
 
@@ -87,10 +86,10 @@ class LavaDlDigits(Producer):
 
     def _train(self, folder: Path) -> None:
         x_tr, x_te, y_tr, _ = self._split()
-        with tempfile.TemporaryDirectory(prefix="edgesmith-lavadl-") as tmp:
+        with scratch_dir("lavadl") as tmp:
             src = Path(tmp) / "in.npz"
             np.savez(src, x_train=x_tr, y_train=y_tr, x_test=x_te, config_json=np.array(json.dumps(self._config())))
-            run_in_lava_env(WORKER, [str(src), tmp], timeout_s=1800, cwd=tmp, what="lava-dl training",
+            run_in_lava_env(WORKER, [str(src), str(tmp)], timeout_s=1800, cwd=tmp, what="lava-dl training",
                             too_long_fix="train fewer epochs (--model-option epochs=...).",
                             failed_fix="check that .venv-lava has lava-dl 0.6 (run `make setup`).",
                             expect=Path(tmp) / "network.net")

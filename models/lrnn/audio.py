@@ -7,13 +7,17 @@ Clips are padded with zeros to the longest one, as the model runs whole clips of
 """
 from __future__ import annotations
 
+import warnings
 from math import gcd
 from pathlib import Path
 
 import numpy as np
 
-from edgesmith.common import EdgesmithError
+from edgesmith.common import EdgesmithError, raised
 from edgesmith.models.lrnn.data import SR, Split
+
+
+MIN_RATE, MAX_RATE = 4_000, 384_000  # sample rates read as audio: a header outside is damaged (1 Hz grew 20 GB)
 
 
 def read_pcm(path: Path) -> tuple[int, np.ndarray, np.dtype]:
@@ -21,9 +25,17 @@ def read_pcm(path: Path) -> tuple[int, np.ndarray, np.dtype]:
     from scipy.io import wavfile
 
     try:
-        rate, x = wavfile.read(str(path))
-    except (ValueError, OSError, EOFError) as e:
-        raise EdgesmithError(f"{path}: not a readable WAV file ({e}).", "pass 16/24/32-bit PCM or float WAV files.") from None
+        with warnings.catch_warnings():  # scipy warns on chunks it skips (LIST, cue): not the user's problem
+            warnings.simplefilter("ignore")
+            rate, x = wavfile.read(str(path))
+    except Exception as e:  # ValueError, OSError, EOFError, struct.error (a truncated header)...
+        raise EdgesmithError(f"{path}: not a readable WAV file ({raised(e, 120)}).",
+                             "pass 16/24/32-bit PCM or float WAV files.") from None
+    if not MIN_RATE <= rate <= MAX_RATE:
+        raise EdgesmithError(f"{path}: its header says {rate:,} samples per second, outside {MIN_RATE:,}-{MAX_RATE:,} Hz.",
+                             "the header is damaged or the file is not audio; re-export it at a real audio rate.")
+    if x.size == 0:
+        raise EdgesmithError(f"{path}: the WAV file holds no samples.", "pass a recording of at least one sample.")
     dtype = x.dtype
     if dtype.kind == "i":
         y = x.astype(np.float64) / float(np.iinfo(dtype).max)
@@ -32,8 +44,8 @@ def read_pcm(path: Path) -> tuple[int, np.ndarray, np.dtype]:
     else:
         y = x.astype(np.float64)
     y = y.reshape(len(y), -1)
-    if y.size == 0 or not np.all(np.isfinite(y)):
-        raise EdgesmithError(f"{path}: the audio is empty or holds NaN/inf samples.", "pass finite, non-empty audio.")
+    if not np.all(np.isfinite(y)):
+        raise EdgesmithError(f"{path}: the audio holds NaN/inf samples.", "pass finite audio.")
     return int(rate), y, dtype
 
 

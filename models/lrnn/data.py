@@ -22,14 +22,13 @@ import hashlib
 import json
 import shutil
 import subprocess
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from edgesmith.common import EdgesmithError, atomic_path, build_lock, cache_dir
+from edgesmith.common import EdgesmithError, atomic_path, build_lock, cache_dir, scratch_dir
 from edgesmith.models.lrnn.config import Config
 
 SR = 16_000
@@ -302,7 +301,7 @@ def _make_split(n: int, cfg: DataConfig, seed: int, speech: list[np.ndarray], ki
 
 def _synthesize(cfg: DataConfig, path: Path) -> None:
     arrays = {}
-    with tempfile.TemporaryDirectory(prefix="edgesmith-espeak-") as tmp:
+    with scratch_dir("espeak") as tmp:
         pools = {"train": utterances(TRAIN, cfg.n_utterances, cfg.seed * 1000 + 1, Path(tmp)),
                  "heldout": utterances(HELDOUT, max(8, cfg.n_utterances // 3), cfg.seed * 1000 + 2, Path(tmp))}
         for j, (name, n, pool) in enumerate((("train", cfg.n_train, "train"), ("val", cfg.n_val, "train"),

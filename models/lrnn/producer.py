@@ -125,10 +125,13 @@ class LrnnDenoiser(Producer):
         return list(getattr(self, "user_notes_", None) or [])
 
     def enhance_waveform(self, mask_fn, wave: np.ndarray) -> np.ndarray:
-        """One mono clip of any length at ``audio_rate`` -> the enhanced clip of the same length."""
-        from edgesmith.models.lrnn.data import apply_mask, istft
+        """One mono clip of any length at ``audio_rate`` -> the enhanced clip of the same length (a clip shorter
+        than one STFT frame is padded with silence for the transform and cut back)."""
+        from edgesmith.models.lrnn.data import NFFT, apply_mask, istft
 
-        spec = stft(np.asarray(wave, np.float32)[None])
+        wave = np.asarray(wave, np.float32)
+        padded = np.pad(wave, (0, max(0, NFFT - len(wave))))
+        spec = stft(padded[None])
         mask = torch.as_tensor(np.asarray(mask_fn(features(spec.abs()).numpy())))
-        return istft(apply_mask(spec, mask), len(wave)).numpy()[0]
+        return istft(apply_mask(spec, mask), len(padded)).numpy()[0][: len(wave)]
 

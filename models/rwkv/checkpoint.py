@@ -111,20 +111,35 @@ def check_state_dict(sd: StateDict, cfg: RWKVConfig, source: str = "checkpoint")
     return out
 
 
-def read_state_dict(path: str | os.PathLike) -> StateDict:
+def read_state_dict(path: str | os.PathLike, trust: bool = False) -> StateDict:
+    """The tensors of a ``.pth``, read by torch's weights-only unpickler; a file that holds other Python objects is
+    refused (unpickling them could run code) unless ``trust`` (``--trust-model-file``)."""
+    import pickle
+
     path = Path(path)
     if not path.is_file():
         raise EdgesmithError(f"checkpoint {path} does not exist.", "check the path.")
     try:
-        sd = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # UnpicklingError, EOFError, BadZipFile, RuntimeError...: not a readable .pth
-        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        raise EdgesmithError(f"checkpoint {path} cannot be read ({first}).",
-                             "the file is truncated or not a torch .pth; copy or download it again.") from None
+        sd = torch.load(path, map_location="cpu", weights_only=not trust)
+    except pickle.UnpicklingError as e:
+        if "weights only load failed" in str(e).lower():  # torch's advice to drop weights_only is not ours to give
+            raise EdgesmithError(f"checkpoint {path} holds Python objects besides tensors: loading them would run "
+                                 "code stored in the file.",
+                                 "save a state dict of tensors, or pass --trust-model-file if you trust where the "
+                                 "file came from.") from None
+        raise _unreadable(path, e) from None
+    except Exception as e:  # EOFError, BadZipFile, RuntimeError...: not a readable .pth
+        raise _unreadable(path, e) from None
     if not isinstance(sd, dict) or not all(isinstance(k, str) for k in sd):
         raise EdgesmithError(f"checkpoint {path} holds a {type(sd).__name__}, not a dict of named tensors.",
                              "save the model's state_dict() (official layout), not the module or a list.")
     return sd
+
+
+def _unreadable(path: Path, e: Exception) -> EdgesmithError:
+    first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+    return EdgesmithError(f"checkpoint {path} cannot be read ({first}).",
+                          "the file is truncated or not a torch .pth; copy or download it again.")
 
 
 TIME_STATE = ".att.time_state"
@@ -175,9 +190,10 @@ def model_from_state_dict(sd: StateDict, source: str = "checkpoint") -> nn.Modul
     return model.eval()
 
 
-def load_rwkv(path: str | os.PathLike) -> nn.Module:
-    """An official-layout RWKV-6/7 ``.pth`` file -> ``RWKV6``/``RWKV7`` in eval mode, fp32."""
-    return model_from_state_dict(read_state_dict(path), str(path))
+def load_rwkv(path: str | os.PathLike, trust: bool = False) -> nn.Module:
+    """An official-layout RWKV-6/7 ``.pth`` file -> ``RWKV6``/``RWKV7`` in eval mode, fp32 (``trust``: see
+    ``read_state_dict``)."""
+    return model_from_state_dict(read_state_dict(path, trust), str(path))
 
 
 def official_state_dict(model: nn.Module, dtype: torch.dtype = torch.float32) -> StateDict:

@@ -206,7 +206,7 @@ def test_a_cell_that_fails_is_reported_and_retried_on_the_next_run_the_others_ke
     p = _recipe(tmp_path, FAST + "[grid]\nseed = [0, 1]\n")
     _, cells = load_sweep(p)
 
-    def fake_local(todo, out, workers, threads, _ray):  # no processes: the driver's bookkeeping is what is tested
+    def fake_local(todo, out, workers, threads, _ray, force=False):  # no processes: the driver's bookkeeping is what is tested
         for c in todo:
             if c.spec["seed"] == 1:
                 yield c, None, "the model file is damaged (fix it)"

@@ -180,3 +180,21 @@ def test_a_cache_miss_loads_the_shipped_weights_and_a_broken_shipped_file_is_ret
     (shipped / "m-bad.pt").write_bytes(b"not a checkpoint")
     value, hit = common.torch_cached(tmp_path / "cache" / "models" / "m-bad.pt", lambda: {"w": torch.zeros(3)})
     assert not hit and torch.equal(value["w"], torch.zeros(3))
+
+
+def test_a_sweep_killed_by_sigkill_leaves_no_worker_or_tracker_running(tmp_path):
+    import psutil
+
+    (tmp_path / "s.toml").write_text('model = "digits-mlp"\ntarget = "host-cpu"\n[plan]\ntvm = false\n'
+                                     "[bench]\nreps = 2000\n[grid]\nseed = [0, 1, 2, 3]\n")
+    p = subprocess.Popen([*ES, "sweep", str(tmp_path / "s.toml"), "--out", str(tmp_path / "o"), "--workers", "2",
+                          "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list((tmp_path / "o" / "cells").glob("*/.running.lock"))) < 2:
+        time.sleep(0.2)  # both workers hold a cell: the pool, its workers and the resource tracker are up
+    children = psutil.Process(p.pid).children(recursive=True)
+    assert len(children) >= 3, children
+    p.kill()  # SIGKILL: no handler of the sweep runs
+    p.wait()
+    _, alive = psutil.wait_procs(children, timeout=15)
+    assert not alive, [c.cmdline() for c in alive]
