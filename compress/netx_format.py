@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from edgesmith.common import EdgesmithError
+from edgesmith.common import EdgesmithError, raised
 
 SPIKE_EXP = 6  # netx.hdf5.Network's default spike_exp
 STATE_EXP = 6  # hard-coded by netx for Sigma-Delta neurons
@@ -160,35 +160,46 @@ def read_netx(path: str | Path) -> NetxNet:
         raise _bad(path, f"is not a readable HDF5 file ({e}).", "pass a netx network written by lava-dl's "
                    "export_hdf5 or by edgesmith's export-netx pass.") from None
     with f:
-        if "layer" not in f:
-            raise _bad(path, "has no 'layer' group, so it is not a netx network.",
-                       "pass a netx network written by lava-dl's export_hdf5 or by edgesmith's export-netx pass.")
-        keys = sorted(f["layer"].keys(), key=lambda k: int(k) if k.isdigit() else -1)
-        if not keys or any(not k.isdigit() for k in keys) or [int(k) for k in keys] != list(range(len(keys))):
-            raise _bad(path, f"its layers are named {keys[:8]}, not 0..n-1.", "write layers as layer/0, layer/1, ...")
-        groups = [f["layer"][k] for k in keys]
-        types = [str(_scalar(g, "type", "?")) for g in groups]
-        unsupported = [f"layer {i} ({t})" for i, t in enumerate(types) if t not in SUPPORTED_LAYERS]
-        if unsupported:
-            raise _bad(path, f"has layers this toolkit cannot run: {', '.join(unsupported)}; it runs input, "
-                       "flatten and dense layers of Sigma-Delta (SDNN) neurons.",
-                       "export a dense Sigma-Delta network (conv, pooling, recurrent and complex layers are not "
-                       "supported yet).")
-        for i, g in enumerate(groups):
-            if "delay" in g:
-                raise _bad(path, f"layer {i} has synaptic delays, which this toolkit does not model.",
-                           "export the network without learnable delays.")
-        ntypes = {str(_scalar(g["neuron"], "type", "?")) for g in groups if "neuron" in g}
-        if ntypes == {"CUBA"} and types[0] == "input" and "neuron" not in groups[0] and META_GROUP in f:
-            return _build_cuba(path, f, groups, types)
-        for i, g in enumerate(groups):
-            if "neuron" in g:
-                ntype = str(_scalar(g["neuron"], "type", "?"))
-                if ntype != "SDNN":
-                    raise _bad(path, f"layer {i} ({types[i]}) has {ntype} neurons; this toolkit runs Sigma-Delta "
-                               "(SDNN) networks, and CUBA networks written by its NIR import.",
-                               "export the network with slayer.block.sigma_delta blocks.")
-        return _build(path, f, groups, types)
+        try:
+            return _parse_netx(path, f)
+        except EdgesmithError:
+            raise
+        except (OSError, RuntimeError, KeyError, ValueError, TypeError, IndexError, AttributeError) as e:
+            # h5py reads lazily: a damaged object header or heap shows only when that group is opened
+            raise _bad(path, f"is a damaged HDF5 file ({raised(e, 160)}).", "pass an intact netx network (copy it "
+                       "again) written by lava-dl's export_hdf5 or by edgesmith's export-netx pass.") from None
+
+
+def _parse_netx(path: Path, f) -> NetxNet:
+    if "layer" not in f:
+        raise _bad(path, "has no 'layer' group, so it is not a netx network.",
+                   "pass a netx network written by lava-dl's export_hdf5 or by edgesmith's export-netx pass.")
+    keys = sorted(f["layer"].keys(), key=lambda k: int(k) if k.isdigit() else -1)
+    if not keys or any(not k.isdigit() for k in keys) or [int(k) for k in keys] != list(range(len(keys))):
+        raise _bad(path, f"its layers are named {keys[:8]}, not 0..n-1.", "write layers as layer/0, layer/1, ...")
+    groups = [f["layer"][k] for k in keys]
+    types = [str(_scalar(g, "type", "?")) for g in groups]
+    unsupported = [f"layer {i} ({t})" for i, t in enumerate(types) if t not in SUPPORTED_LAYERS]
+    if unsupported:
+        raise _bad(path, f"has layers this toolkit cannot run: {', '.join(unsupported)}; it runs input, "
+                   "flatten and dense layers of Sigma-Delta (SDNN) neurons.",
+                   "export a dense Sigma-Delta network (conv, pooling, recurrent and complex layers are not "
+                   "supported yet).")
+    for i, g in enumerate(groups):
+        if "delay" in g:
+            raise _bad(path, f"layer {i} has synaptic delays, which this toolkit does not model.",
+                       "export the network without learnable delays.")
+    ntypes = {str(_scalar(g["neuron"], "type", "?")) for g in groups if "neuron" in g}
+    if ntypes == {"CUBA"} and types[0] == "input" and "neuron" not in groups[0] and META_GROUP in f:
+        return _build_cuba(path, f, groups, types)
+    for i, g in enumerate(groups):
+        if "neuron" in g:
+            ntype = str(_scalar(g["neuron"], "type", "?"))
+            if ntype != "SDNN":
+                raise _bad(path, f"layer {i} ({types[i]}) has {ntype} neurons; this toolkit runs Sigma-Delta "
+                           "(SDNN) networks, and CUBA networks written by its NIR import.",
+                           "export the network with slayer.block.sigma_delta blocks.")
+    return _build(path, f, groups, types)
 
 
 def _build(path: Path, f, groups, types) -> NetxNet:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgesmith.bench.sources.base import ModelSource, UserRequest, register_source
+from edgesmith.bench.sources.base import ModelSource, UserRequest, register_source, synthetic_evaluation
 
 SUFFIXES = (".net", ".h5", ".hdf5")
 
@@ -31,6 +31,8 @@ class NetxFileSource(ModelSource):
         specs = [TensorSpec("input", "float32", (net.n_inputs,))]
         cal = load_tensors(request.calibration_data, specs, "calibration data") if request.calibration_data else None
         ev = load_tensors(request.eval_data, specs, "evaluation data", request.labels) if request.eval_data else None
+        if cal is None and ev is None:  # no data files: --input-shape's synthetic inputs, if given, score fidelity
+            ev = synthetic_evaluation(specs, request)
         units = ("the file's edgesmith group" if net.units == "edgesmith" else
                  f"lava-dl's units (x_int = {net.input_weight:g} x + {net.input_bias:g} by the input transform, "
                  f"outputs x {net.output_scale:g})")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgesmith.bench.sources.base import ModelSource, UserRequest, register_source
+from edgesmith.bench.sources.base import ModelSource, UserRequest, register_source, synthetic_evaluation
 
 
 @register_source
@@ -32,11 +32,13 @@ class NirFileSource(ModelSource):
         written = (graph.metadata or {}).get("edgesmith", {})  # a graph edgesmith's export-nir wrote says its dt, steps
         cfg = ImportNirConfig(dt=float(request.take("dt", written.get("dt", DEFAULT_DT))),
                               steps=int(request.take("steps", written.get("steps", DEFAULT_STEPS))))
-        request.check_all_used(self.name)
         chain = to_chain(graph, spec)  # refuses unsupported nodes by name before any data is read
         specs = [TensorSpec("input", "float32", tuple(chain.input_shape))]
         cal = load_tensors(request.calibration_data, specs, "calibration data") if request.calibration_data else None
         ev = load_tensors(request.eval_data, specs, "evaluation data", request.labels) if request.eval_data else None
+        if cal is None and ev is None:  # no data files: --input-shape's synthetic inputs, if given, score fidelity
+            ev = synthetic_evaluation(specs, request)
+        request.check_all_used(self.name)
         notes = (f"NIR graph: {chain.n_inputs} inputs -> " + " -> ".join(f"{lyr.neuron} {lyr.n_out}" for lyr in chain.layers)
                  + f"; float reference: forward Euler at dt {cfg.dt:g} s, {cfg.steps} steps per sample, readout "
                  f"{'spike counts' if chain.readout == 'spikes' else 'membrane voltage'}",)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgesmith.bench.sources.base import ModelSource, UserRequest, register_source
+from edgesmith.bench.sources.base import ModelSource, UserRequest, register_source, synthetic_evaluation
 
 
 @register_source
@@ -25,6 +25,8 @@ class TreeEnsembleSource(ModelSource):
         specs = [TensorSpec("observation", "float32", (ens.input_dim,))]
         cal = load_tensors(request.calibration_data, specs, "calibration data") if request.calibration_data else None
         ev = load_tensors(request.eval_data, specs, "evaluation data", request.labels) if request.eval_data else None
+        if cal is None and ev is None:  # no data files: --input-shape's synthetic inputs, if given, score fidelity
+            ev = synthetic_evaluation(specs, request)
         return UserModel(label=Path(spec).name, kind="tree-policy", native_format="trees", module=ens, inputs=specs,
                          calibration=cal, evaluation=ev, metric=request.metric, reference=ens.predict,
                          notes=(f"{ens.n_trees} trees, {ens.input_dim} inputs -> {ens.output_dim} outputs",),
