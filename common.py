@@ -206,6 +206,29 @@ def _special(final: Path) -> str | None:
     return None
 
 
+def regular_file(path: str | os.PathLike, what: str = "file") -> Path:
+    """``path`` when it is a regular file (a link to one is fine): a missing path, a folder or a special file (a FIFO
+    would block the read forever, a device would never end) is one error naming it."""
+    import stat
+
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise EdgesmithError(f"{what} {path} does not exist.", "check the path.") from None
+    except OSError as e:
+        raise EdgesmithError(f"{what} {path} cannot be read ({e.strerror}).", "check the path.") from None
+    if stat.S_ISDIR(mode):
+        raise EdgesmithError(f"{what} {path} is a folder, not a file.", "give the file itself.")
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
+                                            (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")) if test(mode)),
+                    "a special file")
+        raise EdgesmithError(f"{what} {path} is {kind}, not a regular file; edgesmith reads only regular files.",
+                             "save the data to a file first and give that.")
+    return path
+
+
 def _check_replaceable(final: Path, folder: bool) -> None:
     """``final`` exists and ``force`` was given: only a regular file (for a file) or a folder edgesmith wrote (for a
     folder) may be replaced."""

@@ -492,9 +492,9 @@ def denoise(inp: str | os.PathLike, out: str | os.PathLike, *, variant: str = "d
     """Enhance a WAV file or a folder of them (``bench/denoise.py``); returns one record per file written."""
     from edgesmith.bench.denoise import denoise as _denoise
 
-    return _denoise(inp, out, model=model, variant=variant, runtime=runtime, downmix=downmix, force=force, seed=seed,
-                    model_options=model_options,
-                    progress=progress)
+    inp, out = _out(inp, "inp"), _out(out)
+    return _denoise(inp, out, model=model, variant=variant, runtime=runtime, downmix=downmix, force=force,
+                    seed=check_seed(seed), model_options=_table(model_options, "model_options"), progress=progress)
 
 
 def sweep(recipe: str | os.PathLike, *, out: str | os.PathLike | None = None, workers: int | None = None,
@@ -503,7 +503,8 @@ def sweep(recipe: str | os.PathLike, *, out: str | os.PathLike | None = None, wo
     more than 1,000 cells."""
     from edgesmith.bench.sweep import run_sweep
 
-    return run_sweep(recipe, out, workers=workers, ray=ray, force=force, progress=progress,
+    recipe, out = _out(recipe, "recipe"), None if out is None else _out(out)
+    return run_sweep(recipe, out, workers=_whole(workers, "workers"), ray=ray, force=force, progress=progress,
                      log=print if progress else (lambda msg: None), yes=yes)
 
 

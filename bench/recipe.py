@@ -28,7 +28,7 @@ import json
 import tomllib
 from pathlib import Path
 
-from edgesmith.common import EdgesmithError
+from edgesmith.common import EdgesmithError, regular_file
 
 TOP = {"model": str, "target": str, "out": str, "seed": int, "threads": int, "force": bool, "sensitivity": bool,
        "trust_model_file": bool,
@@ -81,6 +81,8 @@ def read_toml(p: Path, what: str = "recipe") -> dict:
     if p.is_dir():
         raise EdgesmithError(f"{what} {p} is a folder, not a TOML file.", f"give the path of the {what} file itself.")
     if not p.is_file():
+        if p.exists():
+            regular_file(p, what)  # a FIFO or a device: said as such
         raise EdgesmithError(f"{what} {p} does not exist.", f"check the path of the {what}.")
     try:
         return tomllib.loads(p.read_text())

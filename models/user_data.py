@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgesmith.common import EdgesmithError
+from edgesmith.common import EdgesmithError, regular_file
 
 LABEL_KEYS = ("labels", "targets")
 
@@ -40,6 +40,7 @@ class TensorSpec:
 
 
 def _read_array_file(path: Path) -> dict[str, np.ndarray]:
+    regular_file(path, "data file")
     try:
         if path.suffix == ".npy":
             return {"": np.load(path, allow_pickle=False)}
@@ -181,6 +182,7 @@ def read_text(path: str | Path) -> str:
         raise EdgesmithError(f"folder {p} holds no .txt files.", "put UTF-8 .txt files in it.")
     parts = []
     for f in files:
+        regular_file(f, "text file")
         try:
             parts.append(f.read_text(encoding="utf-8"))
         except UnicodeDecodeError as e:

@@ -20,7 +20,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from edgesmith.common import EdgesmithError, cache_dir, import_modules
+from edgesmith.common import EdgesmithError, cache_dir, import_modules, regular_file
 
 
 @dataclass
@@ -197,10 +197,20 @@ def resolve_model(spec: str, request: UserRequest, *, seed: int = 0):
         return with_user_data(producer, request)
     src = find_source(spec)
     if src is not None:
+        _check_model_file(spec)
         model = src.load(spec, request)
         request.check_all_used(src.name)
         return model
     _refuse_unknown(spec)
+
+
+def _check_model_file(spec: str) -> None:
+    """A model file that exists must be a regular file: a FIFO would block its loader forever."""
+    from edgesmith.bench.sources.torch_factory import split_factory
+
+    stem = Path(split_factory(spec)[0])
+    if stem.exists() and not stem.is_dir():
+        regular_file(stem, "model file")
 
 
 def check_model_spec(spec: str) -> None:

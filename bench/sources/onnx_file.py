@@ -21,7 +21,7 @@ import numpy as np
 
 from edgesmith.bench.sources.base import (ModelSource, UserRequest, file_digest, register_source, synthetic_evaluation,
                                           work_path)
-from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.common import EdgesmithError, atomic_path, regular_file
 
 MIN_OPSET = 13
 
@@ -46,8 +46,7 @@ def load_checked(path: Path):
     clear error saying what is wrong."""
     import onnx
 
-    if not path.is_file():
-        raise EdgesmithError(f"model file {path} does not exist.", "check the path.")
+    regular_file(path, "model file")
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as e:  # protobuf DecodeError and friends: not an ONNX file

@@ -51,6 +51,8 @@ def _is_edgesmith_quantized(path: Path) -> bool:
     """Whether ``path`` is a quantized checkpoint edgesmith wrote (its zip holds the format marker)."""
     import zipfile
 
+    if not path.is_file():  # a FIFO would block the read: the loader says what it is
+        return False
     try:
         with zipfile.ZipFile(path) as z:
             return any(n.endswith("data.pkl") and b"edgesmith-rwkv-quant" in z.read(n) for n in z.namelist())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgesmith.common import EdgesmithError, raised
+from edgesmith.common import EdgesmithError, raised, regular_file
 from edgesmith.models.lrnn.data import SR, Split
 
 
@@ -24,6 +24,7 @@ def read_pcm(path: Path) -> tuple[int, np.ndarray, np.dtype]:
     """(rate, (samples, channels) float64 in [-1, 1], the file's sample dtype) of one WAV file."""
     from scipy.io import wavfile
 
+    regular_file(path, "audio file")
     try:
         with warnings.catch_warnings():  # scipy warns on chunks it skips (LIST, cue): not the user's problem
             warnings.simplefilter("ignore")

@@ -149,6 +149,21 @@ CASES = [
     Case("bench --out over a FIFO is refused before measuring",
          lambda t: ["bench", _mlp_onnx(t), "--out", _fifo(t), "--force", "--reps", "5"], "is a FIFO",
          check=_still_fifo),
+    # a FIFO as an input would block its reader forever: every reader refuses what is not a regular file
+    Case("a FIFO as calibration data", lambda t: (os.mkfifo(t / "c.npy"), ["quantize", _mlp_onnx(t),
+                                                                          "--calibration-data", t / "c.npy", "--out",
+                                                                          t / "q.onnx"])[1],
+         "c.npy is a FIFO, not a regular file", check=_nothing("q.onnx")),
+    Case("a FIFO as the model", lambda t: (os.mkfifo(t / "m.pth"), ["deploy", t / "m.pth", "--target", "host-cpu",
+                                                                    "--out", t / "r"])[1],
+         "model file", check=_nothing("r")),
+    Case("a FIFO as the ONNX file to time", lambda t: (os.mkfifo(t / "m.onnx"), ["bench", t / "m.onnx"])[1],
+         "is a FIFO"),
+    Case("a FIFO as the WAV to denoise", lambda t: (os.mkfifo(t / "a.wav"), ["denoise", t / "a.wav", "--out",
+                                                                            t / "o.wav"])[1],
+         "is a FIFO", check=_nothing("o.wav")),
+    Case("a FIFO as the recipe", lambda t: (os.mkfifo(t / "r.toml"), ["deploy", "--recipe", t / "r.toml"])[1],
+         "is a FIFO"),
     # --- 2. model files are not unpickled unless trusted ------------------------------------------------------
     Case("a .pt2 whose weights are a pickle", _pt2_with_pickled_weight, "--trust-model-file", check=_no_code_ran),
     Case("a module pickled whole with torch.save as .pt", _pickled_module, "pickled model (torch.save)",
@@ -339,6 +354,10 @@ def test_python_api_arguments_are_checked_with_cli_messages(tmp_path):
         edgesmith.export("digits-mlp", tmp_path / "m.onnx", opset="17")
     with pytest.raises(EdgesmithError, match="seed is -1"):
         edgesmith.export("digits-mlp", tmp_path / "m.onnx", seed=-1)
+    with pytest.raises(EdgesmithError, match="inp is None, not a path"):
+        edgesmith.denoise(None, tmp_path / "o.wav")
+    with pytest.raises(EdgesmithError, match="workers is '2'"):
+        edgesmith.sweep(tmp_path / "s.toml", workers="2")
     out = edgesmith.deploy("digits-mlp", "jetson-orin-nano", variants="fp32", out=tmp_path / "r")
     assert {r["variant"] for r in json.loads((out / "report.json").read_text())["results"]} == {"fp32"}
 
