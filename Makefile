@@ -25,14 +25,12 @@ $(STAMP): pyproject.toml setup.py
 	$(VENV)/bin/python -m pip install -q -e '.[test]'
 	@touch $@
 
-# Lava env (Python 3.10): lava-nc 0.10 and lava-dl 0.6 (netx, SLAYER). lava-dl pins torch >=2.3.1,<2.4, which has
-# no CPU-only wheel on the registry: the default wheel brings nvidia-* libraries (about 3.3 GB, 5.6 GB on disk).
-# opencv-python-headless 4.12+ wants numpy 2, which lava-nc cannot import.
-$(LAVA_STAMP):
+# Lava env (Python 3.10): lava-nc 0.10 and lava-dl 0.6 (netx, SLAYER), built by `edgesmith setup lava`, the command a
+# pip user runs too (its requirements are common.LAVA_REQUIREMENTS). lava-dl pins torch >=2.3.1,<2.4, which has no
+# CPU-only wheel on the registry: the default wheel brings nvidia-* libraries (about 3.3 GB, 5.6 GB on disk).
+$(LAVA_STAMP): | $(STAMP)
 	@test -n "$(PY310)" || { echo "Python 3.10 not found: install it (pyenv install 3.10) for the Lava env"; exit 1; }
-	@test -x $(LAVA)/bin/python || $(PY310) -m venv $(LAVA)
-	$(LAVA)/bin/python -m pip install -q 'lava-nc==0.10.0' 'lava-dl==0.6.0' 'torch>=2.3.1,<2.4' 'numpy<2' \
-		'opencv-python-headless<4.12' 'networkx<=2.8.7' scipy h5py
+	$(ES) setup lava --into $(LAVA) --python $(PY310) --quiet
 	@touch $@
 
 demo: setup

@@ -676,18 +676,33 @@ def run_child(cmd: list[str], *, timeout_s: float | None = None, env: dict | Non
 LAVA_ENV_VAR = "EDGESMITH_LAVA_PYTHON"
 
 
+# what `edgesmith setup lava` (and `make setup`) installs: lava-dl pins torch >=2.3.1,<2.4, and opencv-python-headless
+# 4.12+ wants numpy 2, which lava-nc cannot import
+LAVA_REQUIREMENTS = ("lava-nc==0.10.0", "lava-dl==0.6.0", "torch>=2.3.1,<2.4", "numpy<2", "opencv-python-headless<4.12",
+                     "networkx<=2.8.7", "scipy", "h5py")
+LAVA_STAMP = ".edgesmith-lava-ready"  # written into a Lava env once every requirement installed
+
+
+def default_lava_env() -> Path:
+    """Where `edgesmith setup lava` builds the Lava env: .venv-lava in a source checkout, else beside the user cache."""
+    if (SOURCE_ROOT / "pyproject.toml").exists():
+        return SOURCE_ROOT / ".venv-lava"
+    return cache_dir() / "venv-lava"
+
+
 def lava_python() -> Path:
-    """The Lava env's interpreter: $EDGESMITH_LAVA_PYTHON, else .venv-lava/bin/python in the checkout."""
+    """The Lava env's interpreter: $EDGESMITH_LAVA_PYTHON, else that of ``default_lava_env``."""
     override = os.environ.get(LAVA_ENV_VAR)
-    return Path(override) if override else SOURCE_ROOT / ".venv-lava" / "bin" / "python"
+    return Path(override) if override else default_lava_env() / "bin" / "python"
 
 
 def lava_available() -> tuple[bool, str]:
     """Whether the Lava env's interpreter is there and runnable, and if not, what to do."""
     py = lava_python()
     if not py.exists():
-        return False, (f"the Lava Python 3.10 env was not found at {py}. Fix: run `make setup` to build "
-                       f".venv-lava, or point {LAVA_ENV_VAR} at the Python of an env with lava-nc 0.10 and lava-dl 0.6.")
+        return False, (f"the Lava Python 3.10 env was not found at {py}. Fix: run `edgesmith setup lava` to build it "
+                       "(about 5.6 GB; `make setup` in a source checkout), or point "
+                       f"{LAVA_ENV_VAR} at the Python of an env with lava-nc 0.10 and lava-dl 0.6.")
     if not py.is_file() or not os.access(py, os.X_OK):
         return False, (f"{py} is not an executable Python interpreter (a folder, or not executable). Fix: point "
                        f"{LAVA_ENV_VAR} at the python of an env with lava-nc 0.10 and lava-dl 0.6 "

@@ -243,6 +243,16 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_setup(args) -> int:
+    from edgesmith.bench.setup_env import setup_lava
+    from edgesmith.common import LAVA_ENV_VAR, lava_python
+
+    py = setup_lava(args.into, args.python, args.quiet)
+    found = Path(py) == lava_python()
+    print(f"Lava environment ready: {py}" + ("" if found else f" (point {LAVA_ENV_VAR} at it to use it)"))
+    return 0
+
+
 def cmd_sweep(args) -> int:
     from edgesmith.bench.sweep import run_sweep
 
@@ -306,7 +316,10 @@ def _add_deploy_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from edgesmith import __version__
+
     ap = argparse.ArgumentParser(prog="edgesmith", description="Compress, export, run and measure models for edge targets.")
+    ap.add_argument("--version", action="version", version=f"edgesmith {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("targets", help="list targets with their model kinds and cost-model coefficients")
@@ -414,6 +427,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--yes", action="store_true", help="run a grid of more than 1,000 cells")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("setup", help="build an optional environment: lava (Python 3.10 with lava-nc 0.10 and lava-dl 0.6, "
+                                     "which the loihi2 target runs out of process; about 5.6 GB)")
+    p.add_argument("what", choices=["lava"])
+    p.add_argument("--into", help="the environment's folder (default: .venv-lava in a checkout, else beside the cache)")
+    p.add_argument("--python", help="the Python 3.10 to build it with (default: python3.10 on PATH, or pyenv's)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_setup)
 
     p = sub.add_parser("demo", help="run the demo recipe's deploys and summarise them")
     p.add_argument("--recipe", help="a recipe with [[deploy]] tables (default: the shipped bench/recipes/demo.toml)")

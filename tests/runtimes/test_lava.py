@@ -115,7 +115,7 @@ def test_foreign_files_are_refused_by_layer_and_reason(tmp_path):
 def test_missing_lava_env_names_make_setup(lava_art, monkeypatch, tmp_path):
     monkeypatch.setenv("EDGESMITH_LAVA_PYTHON", str(tmp_path / "no-such-python"))
     assert LavaRuntime.available()[0] is False
-    with pytest.raises(EdgesmithError, match="make setup"):
+    with pytest.raises(EdgesmithError, match="run `edgesmith setup lava`.*`make setup` in a source checkout"):
         get_runtime("lava")
     rt = LavaRuntime().load(lava_art)  # constructed directly: the run still explains the fix
     with pytest.raises(EdgesmithError, match="make setup"):
