@@ -24,6 +24,7 @@ import dataclasses
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from edgesmith.bench import api
@@ -450,7 +451,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        with warnings.catch_warnings():
+            # numpy's overflow and invalid-value notes (and torch's on a pickle protocol) are a developer's, not the
+            # user's: results are checked for NaN and range explicitly, and an error is one line
+            warnings.simplefilter("ignore", RuntimeWarning)
+            warnings.filterwarnings("ignore", message=".*pickle protocol.*", category=UserWarning)
+            return args.func(args)
     except EdgesmithError as e:
         print(f"edgesmith: {'interrupted' if isinstance(e, Interrupted) else 'error'}: {e.problem}", file=sys.stderr)
         if e.fix:

@@ -153,6 +153,25 @@ class Fixed:
     mapped: list
 
 
+def quantize_checked(chain: NirChain, dt: float, steps: int, calibration: np.ndarray, path="graph") -> Fixed:
+    """``quantize``, where parameters fixed point cannot represent (a threshold of 1e-300, a time constant of 1e300:
+    what a damaged or hostile file holds) are one error naming the graph, not an overflow deep in the arithmetic."""
+    with np.errstate(all="ignore"):
+        try:
+            fixed = quantize(chain, dt, steps, calibration, path)
+        except (ZeroDivisionError, OverflowError) as e:
+            fixed, problem = None, str(e)
+        else:
+            arrays = [*fixed.weights, *fixed.biases, np.asarray(fixed.vths, np.float64),
+                      np.asarray([fixed.input_scale, fixed.output_scale])]
+            problem = None if all(np.isfinite(np.asarray(a, np.float64)).all() for a in arrays) else "non-finite values"
+    if problem is not None:
+        raise EdgesmithError(f"{path}: its neuron parameters and weights cannot be mapped to Loihi's fixed point "
+                             f"({problem}): some are far outside the range of a trained network.",
+                             "check the graph's thresholds, time constants and weights (re-export it).")
+    return fixed
+
+
 def quantize(chain: NirChain, dt: float, steps: int, calibration: np.ndarray, path="graph") -> Fixed:
     """Integer weights, biases and thresholds of the netx network; the first layer's scale from the
     calibration inputs' peak, each layer's threshold mantissa lowered until its activation fits 16 bits."""
@@ -253,7 +272,7 @@ def _import_nir(artifact: Artifact, config: ImportNirConfig, ctx: PassContext) -
     chain = load_chain(artifact.path)
     calib = np.asarray(ctx.calibration_checked("calibration data (sets the input scale)"), np.float64)
     calib = calib.reshape(len(calib), -1)
-    fixed = quantize(chain, dt, steps, calib, artifact.path)
+    fixed = quantize_checked(chain, dt, steps, calib, artifact.path)
     out = ctx.workdir / "model.net"
     write_cuba_netx(out, fixed, chain, dt)
     check = compare(chain, fixed.net, calib[:64], dt)

@@ -461,10 +461,14 @@ def _int8_qdq(artifact: Artifact, config: Int8QdqConfig, ctx: PassContext) -> Pa
     if quantized == 0 and not config.allow_empty and any("mask-like" in n for n in report.notes):
         peak = float(np.max(np.abs(np.concatenate([np.ravel(v) for v in calib.values()])))) \
             if isinstance(calib, dict) else float(np.max(np.abs(calib)))
+        cause = (f"the calibration data reaches {peak:.1e}" if peak >= MASK_RANGE ** 0.5 else
+                 f"the calibration data stays within {peak:.1e}, so the model itself makes them: masks, or weights "
+                 "near the float32 limit")
         raise EdgesmithError(f"int8-qdq kept every weight layer in fp32: each reads or writes an activation whose "
                              f"calibrated range reaches beyond +-{MASK_RANGE:.0e}, where 8-bit codes would erase the "
-                             f"values (the calibration data reaches {peak:.1e}).",
-                             "calibrate on data of the scale the model sees in use (normalised inputs).")
+                             f"values ({cause}).",
+                             "calibrate on data of the scale the model sees in use (normalised inputs), check the "
+                             "model's weights, or pass --option allow_empty=true to keep the fp32 model.")
     if quantized == 0 and not config.allow_empty:
         raise EdgesmithError(f"int8-qdq quantized 0 of {len(report.layers)} weight layers of {artifact.path}.",
                              "nothing would change: keep the fp32 model, or pass --option allow_empty=true.")

@@ -13,7 +13,6 @@ heap order (see ``tree``). Deterministic: the same batches give bit-identical en
 from __future__ import annotations
 
 import json
-import zipfile
 from pathlib import Path
 
 import numba
@@ -232,17 +231,45 @@ class GBTEnsemble:
                                          f", not {', '.join(ENSEMBLE_ARRAYS)}.", fix)
                 meta = json.loads(str(z["meta"]))
                 feat, thr, leaves = z["features"], z["thresholds"], z["leaves"]
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # np.load on an empty or cut-off file
+        except EdgesmithError:
+            raise
+        except Exception as e:  # np.load on an empty, cut-off or damaged file: OSError, BadZipFile, TokenError...
             raise EdgesmithError(f"{path} is not a GBTEnsemble file ({type(e).__name__}).",
                                  "re-save the ensemble with GBTEnsemble.save.") from None
-        if meta.pop("format_version", None) != _FORMAT_VERSION:
+        if not isinstance(meta, dict) or meta.pop("format_version", None) != _FORMAT_VERSION:
             raise EdgesmithError(f"{path} has an unknown format version.", "re-save it with this edgesmith version.")
-        ens = cls(**meta)
-        ens._feat, ens._thr, ens._leaves = (np.ascontiguousarray(feat, np.int32), np.ascontiguousarray(thr, np.float32),
-                                            np.ascontiguousarray(leaves, np.float32))
-        ens.n_trees = len(feat)
+        try:
+            ens = cls(**meta)
+        except (TypeError, ValueError) as e:  # a damaged meta: keys the constructor does not take, values not numbers
+            raise EdgesmithError(f"{path} has damaged ensemble parameters ({type(e).__name__}: {e}).",
+                                 "re-save the ensemble with GBTEnsemble.save.") from None
+        ens._feat, ens._thr, ens._leaves = _checked_arrays(path, ens, feat, thr, leaves)
+        ens.n_trees = len(ens._feat)
         return ens
 
     def __repr__(self) -> str:
         return (f"GBTEnsemble({self.n_trees} trees, {self.input_dim}->{self.output_dim}, depth {self.max_depth}, "
                 f"{self.grow_policy}, {self.split_score})")
+
+
+def _checked_arrays(path: Path, ens: "GBTEnsemble", feat, thr, leaves):
+    """The loaded arrays as the engine's kernels take them, once their shapes match the parameters and every feature
+    index lies inside the input: the Numba kernels index without bounds checks, so a damaged file would read (or
+    crash on) memory outside the observation."""
+    n_split, n_leaf = (1 << ens.max_depth) - 1, 1 << ens.max_depth
+    bad = None
+    if any(a.dtype.kind not in "iuf" for a in (feat, thr, leaves)):
+        bad = "arrays that are not numbers"
+    elif feat.ndim != 2 or feat.shape[1] != n_split or thr.shape != feat.shape:
+        bad = f"features {feat.shape} and thresholds {thr.shape}, not (trees, {n_split}) each for depth {ens.max_depth}"
+    elif leaves.shape != (len(feat), n_leaf, ens.output_dim):
+        bad = f"leaves {leaves.shape}, not ({len(feat)}, {n_leaf}, {ens.output_dim})"
+    elif feat.dtype.kind == "f" or (feat.size and (feat.min() < 0 or feat.max() >= ens.input_dim)):
+        bad = f"feature indices outside 0..{ens.input_dim - 1}"
+    elif np.isnan(thr).any() or not np.isfinite(leaves).all():
+        bad = "NaN thresholds or non-finite leaf values"
+    if bad:
+        raise EdgesmithError(f"{path} is a damaged tree ensemble: it holds {bad}.",
+                             "re-save the ensemble with GBTEnsemble.save.")
+    return (np.ascontiguousarray(feat, np.int32), np.ascontiguousarray(thr, np.float32),
+            np.ascontiguousarray(leaves, np.float32))

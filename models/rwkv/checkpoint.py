@@ -10,6 +10,7 @@ flattened (C,) (some converters); both load.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -122,12 +123,17 @@ def read_state_dict(path: str | os.PathLike, trust: bool = False) -> StateDict:
     try:
         sd = torch.load(path, map_location="cpu", weights_only=not trust)
     except pickle.UnpicklingError as e:
-        if "weights only load failed" in str(e).lower():  # torch's advice to drop weights_only is not ours to give
-            raise EdgesmithError(f"checkpoint {path} holds Python objects besides tensors: loading them would run "
-                                 "code stored in the file.",
+        # torch's own advice (drop weights_only) is not ours to give: say what the weights-only loader met
+        reason = re.search(r"WeightsUnpickler error:\s*(.+?)\s*(?:Check the documentation|$)", str(e), re.S)
+        reason = " ".join(reason.group(1).split())[:200] if reason else type(e).__name__
+        if reason.startswith("Unsupported global"):
+            raise EdgesmithError(f"checkpoint {path} holds Python objects besides tensors ({reason}): loading them "
+                                 "would run code stored in the file.",
                                  "save a state dict of tensors, or pass --trust-model-file if you trust where the "
                                  "file came from.") from None
-        raise _unreadable(path, e) from None
+        raise EdgesmithError(f"checkpoint {path} cannot be read by the weights-only loader ({reason}).",
+                             "the file is truncated or not a torch .pth; copy it again (or pass --trust-model-file "
+                             "for a pickle you trust).") from None
     except Exception as e:  # EOFError, BadZipFile, RuntimeError...: not a readable .pth
         raise _unreadable(path, e) from None
     if not isinstance(sd, dict) or not all(isinstance(k, str) for k in sd):
