@@ -51,6 +51,16 @@ def _out(value, name: str = "out") -> Path:
     return Path(value)
 
 
+def _path(value, name: str) -> str | None:
+    """A data file argument: None, or a path (an array here is a mistake: the arrays go in ``calibration=``)."""
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise EdgesmithError(f"{name} is a {type(value).__name__}, not a path.",
+                             f"pass {name} as the path of a .npy/.npz file or a folder (text for token-lm models).")
+    return os.fspath(value)
+
+
 def _whole(value, name: str, *, optional: bool = True, low: int = 0):
     """An integer argument (``None`` allowed where ``optional``), as the CLI's ``type=int`` would insist."""
     if value is None and optional:
@@ -97,10 +107,9 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
                          threads=threads, batch_sizes=batch_sizes, warmup=warmup, reps=reps,
                          n_calibration=n_calibration, calibration_select=calibration_select, sensitivity=sensitivity,
                          progress=progress, model_options=_table(model_options, "model_options"),
-                         calibration_data=None if calibration_data is None else str(calibration_data),
-                         train_data=None if train_data is None else str(train_data),
-                         eval_data=None if eval_data is None else str(eval_data),
-                         labels=None if labels is None else str(labels), metric=metric,
+                         calibration_data=_path(calibration_data, "calibration_data"),
+                         train_data=_path(train_data, "train_data"), eval_data=_path(eval_data, "eval_data"),
+                         labels=_path(labels, "labels"), metric=metric,
                          input_shapes=_table(input_shapes, "input_shapes"), train_fn=train_fn,
                          trust_model_file=trust_model_file is True,
                          input_types=_input_types(input_types, input_shapes),
@@ -349,8 +358,8 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
         if user_file or shapes:  # a producer given shapes is refused where it is resolved
             from edgesmith.bench.sources.base import UserRequest
 
-            request = UserRequest(calibration_data=None if calibration_data is None else str(calibration_data),
-                                  eval_data=None if eval_data is None else str(eval_data),
+            request = UserRequest(calibration_data=_path(calibration_data, "calibration_data"),
+                                  eval_data=_path(eval_data, "eval_data"),
                                   input_shapes=shapes, input_types=types, options=dict(model_options or {}), seed=seed,
                                   trust_model_file=trust_model_file is True)
         producer, kind = _producer(model, seed, model_options, request)
@@ -421,6 +430,10 @@ def _checked_calibration(calibration):
 
     if calibration is None:
         return None
+    if isinstance(calibration, (str, os.PathLike)):
+        raise EdgesmithError(f"calibration is a path ({os.fspath(calibration)!r}), not an array.",
+                             "pass the array itself (numpy.load(path)); calibration_data= takes a path for a model "
+                             "file other than ONNX.")
     if isinstance(calibration, dict):
         return {k: check_array(k, v, None, "calibration data") for k, v in calibration.items()}
     return check_array("", calibration, None, "calibration data")

@@ -354,6 +354,10 @@ def test_python_api_arguments_are_checked_with_cli_messages(tmp_path):
         edgesmith.export("digits-mlp", tmp_path / "m.onnx", opset="17")
     with pytest.raises(EdgesmithError, match="seed is -1"):
         edgesmith.export("digits-mlp", tmp_path / "m.onnx", seed=-1)
+    with pytest.raises(EdgesmithError, match="calibration_data is a ndarray, not a path"):
+        edgesmith.deploy("digits-mlp", "host-cpu", calibration_data=np.zeros(3), out=tmp_path / "a")
+    with pytest.raises(EdgesmithError, match="calibration is a path"):
+        edgesmith.quantize("digits-mlp", out=tmp_path / "q.onnx", calibration="c.npy")
     with pytest.raises(EdgesmithError, match="inp is None, not a path"):
         edgesmith.denoise(None, tmp_path / "o.wav")
     with pytest.raises(EdgesmithError, match="workers is '2'"):
