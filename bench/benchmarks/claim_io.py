@@ -42,7 +42,6 @@ def claim_main(argv, doc: str, default_out: str, run: Callable[[bool, Path], dic
     """``--out``/``--force``/``--quick`` entry point of a claim script: refuse an existing folder, run in a
     temporary work folder, write the claim, print the Markdown; a user error prints one line and returns 2."""
     import argparse
-    import sys
     import tempfile
 
     from edgesmith.common import EdgesmithError
@@ -58,7 +57,14 @@ def claim_main(argv, doc: str, default_out: str, run: Callable[[bool, Path], dic
             res = run(args.quick, Path(tmp))
         print(write_claim(args.out, args.force, res, markdown, draw(res)))
     except EdgesmithError as e:
-        print(f"edgesmith: error: {e}", file=sys.stderr)
-        return 2
+        return user_error(e)
     return 0
+
+
+def user_error(e) -> int:
+    """A benchmark script's user error, printed as the CLI prints it (problem, then fix); returns exit status 2."""
+    import sys
+
+    print(f"edgesmith: error: {e.problem}" + (f"\n  fix: {e.fix}" if e.fix else ""), file=sys.stderr)
+    return 2
 

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from edgesmith.bench.benchmarks.claim_io import claim_command
+from edgesmith.bench.benchmarks.claim_io import claim_command, user_error
 from edgesmith.bench.fuzz import FORMATS, fuzz, summary_table, to_json
 from edgesmith.common import EdgesmithError, atomic_path, check_output
 
@@ -59,8 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
         return 1 if failed else 0
     except EdgesmithError as e:
-        print(f"edgesmith: error: {e.problem}" + (f"\n  fix: {e.fix}" if e.fix else ""), file=sys.stderr)
-        return 2
+        return user_error(e)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgesmith.bench.benchmarks.claim_io import claim_command
+from edgesmith.bench.benchmarks.claim_io import claim_command, user_error
 from edgesmith.common import EdgesmithError, atomic_path, check_output
 
 QUICK = ["--variant", "fp32", "--variant", "int8", "--no-tvm", "--reps", "10", "--warmup", "2", "--batch", "1",
@@ -165,8 +165,7 @@ def main(argv: list[str] | None = None) -> int:
               and set(once["exit_codes"]) == {0} and once["distinct_results"] == 1 and not once["survivors"])
         return 0 if ok else 1
     except EdgesmithError as e:
-        print(f"edgesmith: error: {e.problem}" + (f"\n  fix: {e.fix}" if e.fix else ""), file=sys.stderr)
-        return 2
+        return user_error(e)
 
 
 if __name__ == "__main__":

@@ -363,9 +363,15 @@ def load_factory(spec: str, seed: int = 0):
         except (Exception, SystemExit) as e:
             raise EdgesmithError(f"{spec}() failed: {raised(e)}",
                                  "make the factory return an nn.Module without arguments.") from None
+    return as_module(net, f"{spec}() returned", "return the model (an nn.Module) from the factory.")
+
+
+def as_module(net, what: str, fix: str):
+    """``net`` in eval mode once it is a torch module; else one error: ``what`` (e.g. "f.py:make() returned") a TYPE."""
+    import torch
+
     if not isinstance(net, torch.nn.Module):
-        raise EdgesmithError(f"{spec}() returned a {type(net).__name__}, not a torch.nn.Module.",
-                             "return the model (an nn.Module) from the factory.")
+        raise EdgesmithError(f"{what} a {type(net).__name__}, not a torch.nn.Module.", fix)
     return net.eval()
 
 

@@ -62,7 +62,6 @@ def _trusted_module(path: Path):
     except (Exception, SystemExit) as e:
         raise EdgesmithError(f"{path} could not be unpickled: {raised(e)}",
                              "make the model's classes importable (PYTHONPATH), or save it with torch.jit.save.") from None
-    if not isinstance(net, torch.nn.Module):
-        raise EdgesmithError(f"{path} holds a {type(net).__name__}, not a torch.nn.Module.",
-                             "save the module itself, or its TorchScript (torch.jit.save).")
-    return net.eval()
+    from edgesmith.bench.sources.torch_factory import as_module
+
+    return as_module(net, f"{path} holds", "save the module itself, or its TorchScript (torch.jit.save).")
