@@ -258,7 +258,9 @@ def _checked_arrays(path: Path, ens: "GBTEnsemble", feat, thr, leaves):
     crash on) memory outside the observation."""
     n_split, n_leaf = (1 << ens.max_depth) - 1, 1 << ens.max_depth
     bad = None
-    if any(a.dtype.kind not in "iuf" for a in (feat, thr, leaves)):
+    if not all(isinstance(a, np.ndarray) for a in (feat, thr, leaves)):  # numpy hands back bytes for a damaged member
+        bad = "members that are not .npy arrays"
+    elif any(a.dtype.kind not in "iuf" for a in (feat, thr, leaves)):
         bad = "arrays that are not numbers"
     elif feat.ndim != 2 or feat.shape[1] != n_split or thr.shape != feat.shape:
         bad = f"features {feat.shape} and thresholds {thr.shape}, not (trees, {n_split}) each for depth {ens.max_depth}"

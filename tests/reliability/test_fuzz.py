@@ -7,19 +7,24 @@ import pytest
 from edgesmith.bench.fuzz import FORMATS, OUTCOMES, fuzz, mutate
 
 SAMPLE = (0, 1, 2, 7)  # a few fixed case numbers per format; the benchmark covers the rest
+# cases the 300-per-format runs found failing, each fixed since: a segfault in the tree engine (trees 27), a bytes
+# member (trees 158), lazily damaged HDF5 (netx 2, 3), a threshold fixed point cannot hold (nir 143), weights that
+# overflow to the mask range (onnx 158), a pickle protocol warning (pth 168)
+FOUND = {"trees": (27, 158), "netx": (2, 3), "nir": (143,), "onnx": (158,), "pth": (168,)}
 
 
 @pytest.fixture(scope="module")
 def summaries(tmp_path_factory):
-    return {s.format: s for s in fuzz(list(FORMATS), 0, tmp_path_factory.mktemp("fuzz"), only=SAMPLE,
-                                      timeout_s=120)}
+    work = tmp_path_factory.mktemp("fuzz")
+    return {name: fuzz([name], 0, work / name, only=sorted({*SAMPLE, *FOUND.get(name, ())}), timeout_s=120)[0]
+            for name in FORMATS}
 
 
 @pytest.mark.parametrize("name", sorted(FORMATS))
 def test_mutated_files_of_each_format_end_cleanly(summaries, name):
     s = summaries[name]
     assert s.seed_clean, s.failures  # the command reads a valid file of the format to the end
-    assert s.cases == len(SAMPLE) and s.counts["clean"] == s.cases, s.failures
+    assert s.cases == len({*SAMPLE, *FOUND.get(name, ())}) and s.counts["clean"] == s.cases, s.failures
 
 
 def test_a_case_is_made_from_its_number_alone():
