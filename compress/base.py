@@ -86,6 +86,9 @@ class PassConfig(Config):
     kind: ClassVar[str] = ""
     input_format: ClassVar[str] = "torch"
     output_format: ClassVar[str] = "torch"
+    # the model it must transform in the contract check (edgesmith.testing.FIXTURES); "" for the generic model of
+    # its input format (the digits MLP, its ONNX export, a tree ensemble, a NIR graph)
+    contract_fixture: ClassVar[str] = ""
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, **dataclasses.asdict(self)}

@@ -80,6 +80,7 @@ class ExportRWKVCConfig(PassConfig):
     fp32 where not); "int4" also rounds the fp32 ones to 4 bits (RTN, asymmetric, ``group`` inputs per scale)."""
 
     kind: ClassVar[str] = "export-rwkv-c"
+    contract_fixture: ClassVar[str] = "rwkv-torch"
     input_format: ClassVar[str] = "torch"
     output_format: ClassVar[str] = "rwkv-c"
 

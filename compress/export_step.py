@@ -136,6 +136,7 @@ class ExportStepOnnxConfig(PassConfig):
     """
 
     kind: ClassVar[str] = "export-step-onnx"
+    contract_fixture: ClassVar[str] = "rwkv-torch"
     input_format: ClassVar[str] = "torch"
     output_format: ClassVar[str] = "onnx"
 

@@ -28,6 +28,7 @@ def torch_source(producer):
 @dataclass
 class TorchSourceConfig(PassConfig):
     kind: ClassVar[str] = "torch-source"
+    contract_fixture: ClassVar[str] = "mlp-onnx-with-module"
     input_format: ClassVar[str] = "onnx"
     output_format: ClassVar[str] = "torch"
 

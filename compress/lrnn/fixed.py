@@ -241,6 +241,7 @@ class ExportLrnnFixedConfig(PassConfig):
     """
 
     kind: ClassVar[str] = "export-lrnn-fixed"
+    contract_fixture: ClassVar[str] = "s5-torch"
     input_format: ClassVar[str] = "torch"
     output_format: ClassVar[str] = "lava"
 

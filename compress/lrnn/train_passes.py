@@ -67,6 +67,7 @@ class PruneLrnnConfig(PassConfig):
     of ``epochs`` of fine-tuning, learning rate ``lr``)."""
 
     kind: ClassVar[str] = "prune-lrnn"
+    contract_fixture: ClassVar[str] = "s5-torch"
     input_format: ClassVar[str] = "torch"
     output_format: ClassVar[str] = "torch"
 
@@ -125,6 +126,7 @@ class QatLrnnConfig(PassConfig):
     sigmoid), ``epochs`` at learning rate ``lr``; zero weights stay zero (pruning masks are held)."""
 
     kind: ClassVar[str] = "qat-lrnn"
+    contract_fixture: ClassVar[str] = "s5-torch"
     input_format: ClassVar[str] = "torch"
     output_format: ClassVar[str] = "torch"
 

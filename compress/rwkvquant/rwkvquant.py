@@ -78,6 +78,7 @@ class RWKVQuantBase(PassConfig):
 
     kind: ClassVar[str] = ""
     method: ClassVar[str] = ""
+    contract_fixture: ClassVar[str] = "rwkv-torch"
 
     bits: int = 3
     group_size: int = 64
