@@ -125,24 +125,31 @@ class Fixtures:
         return PassContext(workdir=self._dir(f"pass-{kind}"), **extra)
 
 
-def _nir_graph(fx: Fixtures, d: Path):
-    """Input -> Affine -> LIF -> Linear -> LI -> Output on the digits' 64 features, written with ``nir``."""
+def write_nir_chain(path: Path, n_in: int, hidden: int, n_out: int = 4) -> np.random.Generator:
+    """Input -> Affine -> LIF -> Linear -> LI -> Output, written with ``nir`` (weights drawn from seed 0); returns the
+    generator, for inputs drawn after the weights."""
     import nir
 
+    rng = np.random.default_rng(0)
+    dt, tau = 1e-4, 1e-3
+    nodes = {"input": nir.Input(input_type={"input": np.array([n_in])}),
+             "fc1": nir.Affine(weight=rng.normal(0, 0.3, (hidden, n_in)), bias=rng.normal(0, 0.05, hidden)),
+             "lif1": nir.LIF(tau=np.full(hidden, tau), r=np.full(hidden, tau / dt), v_leak=np.zeros(hidden),
+                             v_threshold=np.ones(hidden), v_reset=np.zeros(hidden)),
+             "fc2": nir.Linear(weight=rng.normal(0, 0.3, (n_out, hidden))),
+             "readout": nir.LI(tau=np.full(n_out, tau), r=np.full(n_out, tau / dt), v_leak=np.zeros(n_out)),
+             "output": nir.Output(output_type={"output": np.array([n_out])})}
+    edges = [("input", "fc1"), ("fc1", "lif1"), ("lif1", "fc2"), ("fc2", "readout"), ("readout", "output")]
+    nir.write(str(path), nir.NIRGraph(nodes=nodes, edges=edges))
+    return rng
+
+
+def _nir_graph(fx: Fixtures, d: Path):
+    """A NIR chain on the digits' 64 features."""
     from edgesmith.compress import Artifact
 
-    rng = np.random.default_rng(0)
-    dt, tau, n = 1e-4, 1e-3, 20
-    nodes = {"input": nir.Input(input_type={"input": np.array([64])}),
-             "fc1": nir.Affine(weight=rng.normal(0, 0.3, (n, 64)), bias=rng.normal(0, 0.05, n)),
-             "lif1": nir.LIF(tau=np.full(n, tau), r=np.full(n, tau / dt), v_leak=np.zeros(n),
-                             v_threshold=np.ones(n), v_reset=np.zeros(n)),
-             "fc2": nir.Linear(weight=rng.normal(0, 0.3, (4, n))),
-             "readout": nir.LI(tau=np.full(4, tau), r=np.full(4, tau / dt), v_leak=np.zeros(4)),
-             "output": nir.Output(output_type={"output": np.array([4])})}
-    edges = [("input", "fc1"), ("fc1", "lif1"), ("lif1", "fc2"), ("fc2", "readout"), ("readout", "output")]
-    nir.write(str(d / "graph.nir"), nir.NIRGraph(nodes=nodes, edges=edges))
-    return (Artifact("nir", path=d / "graph.nir", meta={"input_shape": [64], "nir": {"dt": dt, "steps": 8}}),
+    rng = write_nir_chain(d / "graph.nir", 64, 20)
+    return (Artifact("nir", path=d / "graph.nir", meta={"input_shape": [64], "nir": {"dt": 1e-4, "steps": 8}}),
             rng.uniform(0, 1, (3, 64)).astype(np.float32))
 
 

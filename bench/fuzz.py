@@ -118,21 +118,10 @@ def _netx(folder: Path) -> Path:
 
 
 def _nir(folder: Path) -> Path:
-    import nir
+    from edgesmith.testing import write_nir_chain
 
-    dt, tau = 1e-4, 1e-3
-    rng = np.random.default_rng(0)
-    n = 12
-    nodes = {"input": nir.Input(input_type={"input": np.array([8])}),
-             "fc1": nir.Affine(weight=rng.normal(0, 0.3, (n, 8)), bias=rng.normal(0, 0.05, n)),
-             "lif1": nir.LIF(tau=np.full(n, tau), r=np.full(n, tau / dt), v_leak=np.zeros(n),
-                             v_threshold=np.ones(n), v_reset=np.zeros(n)),
-             "fc2": nir.Linear(weight=rng.normal(0, 0.3, (4, n))),
-             "readout": nir.LI(tau=np.full(4, tau), r=np.full(4, tau / dt), v_leak=np.zeros(4)),
-             "output": nir.Output(output_type={"output": np.array([4])})}
-    edges = [("input", "fc1"), ("fc1", "lif1"), ("lif1", "fc2"), ("fc2", "readout"), ("readout", "output")]
     path = folder / "seed.nir"
-    nir.write(str(path), nir.NIRGraph(nodes=nodes, edges=edges))
+    write_nir_chain(path, 8, 12)
     return path
 
 
