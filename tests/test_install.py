@@ -60,12 +60,12 @@ def test_the_installed_cli_lists_models_and_its_version(installed):
     assert version.returncode == 0 and version.stdout.startswith("edgesmith 0.")
 
 
-@pytest.mark.parametrize("model", ["digits-mlp", "rwkv7-ref", "gbrl-cartpole"])
-def test_installed_deploys_load_shipped_weights_without_training(installed, model):
+@pytest.mark.parametrize("model, variant", [("digits-mlp", "fp32"), ("rwkv7-ref", "fp32"), ("gbrl-cartpole", "trees")])
+def test_installed_deploys_load_shipped_weights_without_training(installed, model, variant):
     run, work, _ = installed
     # minutes of training (two hours for RWKV) would pass the time limit: the shipped weights must load
-    p = run("deploy", model, "--target", "host-cpu", "--no-tvm", "--reps", "5", "--warmup", "1", "--batch", "1",
-            "--out", work / model, "--quiet", timeout=300)
+    p = run("deploy", model, "--target", "host-cpu", "--variant", variant, "--no-tvm", "--reps", "5", "--warmup", "1",
+            "--batch", "1", "--out", work / model, "--quiet", timeout=300)
     assert p.returncode == 0, p.stderr[-800:]
     assert (work / model / "report.md").exists()
 
