@@ -66,18 +66,22 @@ class FormatSummary:
 # --- the seed files ------------------------------------------------------------------------------------------
 
 
-def _onnx_mlp(folder: Path) -> Path:
+def matmul_onnx(path: Path, n_in: int, n_out: int) -> Path:
+    """A one-MatMul ONNX model ``x (b, n_in) @ w -> y (b, n_out)``, weights drawn from seed 0."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    w = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
+    w = np.random.default_rng(0).normal(size=(n_in, n_out)).astype(np.float32)
     g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4])],
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", n_in])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", n_out])],
                           [numpy_helper.from_array(w, "w")])
-    path = folder / "seed.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return path
+
+
+def _onnx_mlp(folder: Path) -> Path:
+    return matmul_onnx(folder / "seed.onnx", 8, 4)
 
 
 def _calib(folder: Path) -> Path:

@@ -40,25 +40,14 @@ def _reading(proc, work: Path) -> dict:
             "tmpdir_entries": _temp_files(), "tmp_in_out": len(list(work.rglob("*.tmp")))}
 
 
-def _mlp(path: Path) -> None:
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    w = np.random.default_rng(0).normal(size=(64, 32)).astype(np.float32)
-    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 64])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 32])],
-                          [numpy_helper.from_array(w, "w")])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-
-
 def in_a_row(rounds: int, work: Path, log) -> list[dict]:
     import psutil
 
     from edgesmith.bench.cli import main
+    from edgesmith.bench.fuzz import matmul_onnx
 
     proc = psutil.Process()
-    _mlp(work / "m.onnx")
+    matmul_onnx(work / "m.onnx", 64, 32)
     np.save(work / "c.npy", np.random.default_rng(0).normal(size=(64, 64)).astype(np.float32))
     readings = []
     t0 = time.perf_counter()
