@@ -77,8 +77,12 @@ def render_summary(reports: list[dict]) -> str:
         ref = rep["reference"]["evaluation"]
         batches = rep["batch_sizes"]
         folder = f"{rep['model']}-{rep['target']['name']}"
-        lines += [f"## {rep['model']} ({rep['kind']['name']}) on {rep['target']['name']}", "",
-                  f"reference ({rep['reference']['runtime']}) {ref['metric']} = {ref['value']:.4f}. Full report: "
+        # the model's size and the data it was scored on, so two rows of one model never read as the same thing
+        given = (rep.get("options") or {}).get("model_options") or {}
+        size = f" [{', '.join(f'{k}={json.dumps(v)}' for k, v in given.items())}]" if given else ""
+        on = f" on {ref['n_samples']} samples" if ref.get("n_samples") else ""
+        lines += [f"## {rep['model']}{size} ({rep['kind']['name']}) on {rep['target']['name']}", "",
+                  f"reference ({rep['reference']['runtime']}) {ref['metric']} = {ref['value']:.4f}{on}. Full report: "
                   f"[{folder}/report.md]({folder}/report.md)", "",
                   f"| variant | runtime | {ref['metric']} | size | " + " | ".join(f"p50 b={b}" for b in batches)
                   + f" | speed b={batches[0]} | energy/{rep['unit']} |", "|" + "---|" * (6 + len(batches))]

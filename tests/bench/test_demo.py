@@ -59,6 +59,8 @@ def test_demo_writes_a_report_per_deploy_and_a_summary(tmp_path, capsys, digits)
     assert {"onnxruntime", "tvm (untuned)"} <= {r["runtime"] for r in host["rows"]}
     md = (out / "summary.md").read_text()
     assert "int8 / fp32 p50 latency ratio" in md and "decisions/s" in md
+    # each section says which model size and how much data: a small model never reads as the full one
+    assert "## gbrl-cartpole [steps=2048, cache=false] (tree-policy) on host-cpu" in md and " on 48 samples." in md
     # a second run must not silently replace the first
     assert main(["demo", "--recipe", str(recipe), "--quiet", "--out", str(out)]) == 2
 
