@@ -191,19 +191,23 @@ def check_output_path(final: Path) -> None:
             break
 
 
-def _special(final: Path) -> str | None:
-    """What ``final`` is when it is neither a regular file nor a folder (lstat: a link is not followed)."""
+def _special_kind(mode: int) -> str | None:
+    """What a file of ``mode`` (from stat or lstat) is when it is neither a regular file nor a folder."""
     import stat
 
-    try:
-        mode = os.lstat(final).st_mode
-    except FileNotFoundError:
-        return None
     for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
                        (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
         if test(mode):
             return name
     return None
+
+
+def _special(final: Path) -> str | None:
+    """What ``final`` is when it is neither a regular file nor a folder (lstat: a link is not followed)."""
+    try:
+        return _special_kind(os.lstat(final).st_mode)
+    except FileNotFoundError:
+        return None
 
 
 def regular_file(path: str | os.PathLike, what: str = "file") -> Path:
@@ -221,9 +225,7 @@ def regular_file(path: str | os.PathLike, what: str = "file") -> Path:
     if stat.S_ISDIR(mode):
         raise EdgesmithError(f"{what} {path} is a folder, not a file.", "give the file itself.")
     if not stat.S_ISREG(mode):
-        kind = next((name for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
-                                            (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")) if test(mode)),
-                    "a special file")
+        kind = _special_kind(mode) or "a special file"
         raise EdgesmithError(f"{what} {path} is {kind}, not a regular file; edgesmith reads only regular files.",
                              "save the data to a file first and give that.")
     return path
@@ -479,8 +481,8 @@ def cache_error(e: OSError, where: Path) -> EdgesmithError:
     """An OSError met in the cache as one line that names the cache and the variable that moves it."""
     what, fix = _WRITE_ERRNOS.get(e.errno, (e.strerror or type(e).__name__, "repair it"))
     root = os.environ.get("EDGESMITH_CACHE")
-    name = f"the cache $EDGESMITH_CACHE={root}" if root else f"the cache {where}"
-    return EdgesmithError(f"could not write {name}: {what} ({e.filename or where}).",
+    return EdgesmithError(f"could not write the cache {_cache_name(Path(root) if root else where)}: {what} "
+                          f"({e.filename or where}).",
                           f"{fix}, or set EDGESMITH_CACHE to another folder; nothing was left behind.")
 
 

@@ -204,29 +204,33 @@ def resolve_model(spec: str, request: UserRequest, *, seed: int = 0):
     _refuse_unknown(spec)
 
 
-def _check_model_file(spec: str) -> None:
-    """A model file that exists must be a regular file: a FIFO would block its loader forever."""
+def _model_stem(spec: str) -> Path:
+    """The file a model spec names (``net.py`` of ``net.py:make``)."""
     from edgesmith.bench.sources.torch_factory import split_factory
 
-    stem = Path(split_factory(spec)[0])
+    return Path(split_factory(spec)[0])
+
+
+def _check_model_file(spec: str) -> None:
+    """A model file that exists must be a regular file: a FIFO would block its loader forever."""
+    stem = _model_stem(spec)
     if stem.exists() and not stem.is_dir():
         regular_file(stem, "model file")
 
 
 def check_model_spec(spec: str) -> None:
     """Without loading anything, what ``resolve_model`` would refuse first: ``spec`` names neither a producer nor
-    a file (``net.py`` of ``net.py:make``) that exists and a model source reads. A sweep and a demo check every
-    model this way before their first deploy."""
-    from edgesmith.bench.sources.torch_factory import split_factory
+    a file (``net.py`` of ``net.py:make``) that exists, is a regular file and a model source reads. A sweep and a demo
+    check every model this way before their first deploy."""
     from edgesmith.models import producer_names
 
     if spec in producer_names():
         return
     if find_source(spec) is None:
         _refuse_unknown(spec)
-    stem, _ = split_factory(spec)
-    if not Path(stem).exists():
-        raise EdgesmithError(f"model file {stem} does not exist.", "check the path.")
+    if not _model_stem(spec).exists():
+        raise EdgesmithError(f"model file {_model_stem(spec)} does not exist.", "check the path.")
+    _check_model_file(spec)
 
 
 def _refuse_unknown(spec: str):

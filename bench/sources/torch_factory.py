@@ -119,11 +119,11 @@ def export_to_onnx(module, label: str, key: bytes, request: UserRequest, program
     notes = []
     if program is None and not isinstance(module, torch.jit.ScriptModule):  # a scripted one is exported as it is
         module = _Outputs.wrap(module.eval())
+    shapes = ", ".join(f"{n} {tuple(a.shape)} {str(a.dtype).replace('torch.', '')}" for n, a in zip(names, args))
     try:  # the user's forward on inputs of the shapes the user gave (or the model declares)
         with torch.no_grad():
             ref = module(*args) if program is None else program.module()(*args)
     except (Exception, SystemExit) as e:  # a model raises anything; its message says what did not fit
-        shapes = ", ".join(f"{n} {tuple(a.shape)} {str(a.dtype).replace('torch.', '')}" for n, a in zip(names, args))
         raise EdgesmithError(f"{label} fails on example inputs ({shapes}): {raised(e, 300)}",
                              "give inputs of the shape, type and range its forward takes: --input-shape [NAME=]D,D,... "
                              "(without the batch; float32 unless a type follows, e.g. ids=16:int64), or data files like them "
@@ -133,7 +133,6 @@ def export_to_onnx(module, label: str, key: bytes, request: UserRequest, program
     want = [r.detach().numpy() for r in ref]
     bad = [n for n, w in zip(out_names, want) if np.issubdtype(w.dtype, np.floating) and np.isnan(w).any()]
     if bad:  # a reference of NaN would score every variant "nan" and pass as a deploy (an infinity can be meant)
-        shapes = ", ".join(f"{n} {tuple(a.shape)} {str(a.dtype).replace('torch.', '')}" for n, a in zip(names, args))
         raise EdgesmithError(f"{label} returns NaN values ({', '.join(bad)}) on example inputs ({shapes}).",
                              "check its weights for NaN (a diverged training run) and give inputs in the range it "
                              "expects (--calibration-data / --eval-data).")
