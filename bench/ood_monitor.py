@@ -2,7 +2,7 @@
 
 A producer opts in with ``ood_inputs()`` -> ``{"id": held-out ID inputs, "<set>": OOD inputs, ...}``.
 From the *outputs* of each runtime (so it works for torch, int8 ONNX, int4 ONNX alike) the monitor
-computes, per score (MSP, energy, Mahalanobis; see ``models.ood.scores``):
+computes, per score (MSP, energy, Mahalanobis; see ``models.papers.ood.scores``):
 
 - AUROC of ID vs each OOD set and vs all OOD sets pooled, plus the oracle linear probe (trained on
   half of ID and OOD features; an upper bound, it sees OOD data);
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgesmith.common import EdgesmithError
-from edgesmith.models.ood.scores import SCORES, MahalanobisFit, all_scores, auroc, fit_mahalanobis, oracle_probe_auroc
+from edgesmith.models.papers.ood.scores import SCORES, MahalanobisFit, all_scores, auroc, fit_mahalanobis, oracle_probe_auroc
 
 N_FIT = 512
 N_BINS = 30

@@ -9,7 +9,7 @@ A selector maps a pool of candidate inputs (training split only) to ``n`` distin
 - ``random``: ``n`` candidates uniformly without replacement, seeded.
 - ``influence``: the ``n`` candidates with the highest training-free influence score, class-balanced.
 
-The influence score generalises the one derived for paper 3's noise model (``models.influence.score``,
+The influence score generalises the one derived for paper 3's noise model (``models.papers.influence.score``,
 the project's reading, not the paper's formula) to any model: there, a sample helps when its noise lies
 in its own class's covariance subspace and hurts when it lies in another class's. Here the covariance
 subspaces are estimated from a feature space: for each class ``c`` the top principal directions

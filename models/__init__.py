@@ -7,28 +7,16 @@ the first registry query, not at ``import models``, so a process that only needs
 from edgesmith.models.base import Evaluation, Metric, Producer, get_producer, producer_names, register_producer
 from edgesmith.common import EdgesmithError
 
-PRODUCER_MODULES = (
+from edgesmith.models.papers import PAPER_PRODUCER_MODULES
+
+# the core producers; the paper producers are listed in models/papers/__init__.py
+CORE_PRODUCER_MODULES = (
     "edgesmith.models.digits",  # digits-mlp, digits-wide
     "edgesmith.models.gbrl.producer",  # gbrl-cartpole
     "edgesmith.models.rwkv.producer",  # rwkv6-ref, rwkv7-ref
     "edgesmith.models.lrnn.producer",  # lrnn-denoiser
-    "edgesmith.models.ncvsd.producer",  # ncvsd
-    "edgesmith.models.eqvae.producer",  # eqvae
-    "edgesmith.models.sqaoa.producer",  # sqaoa
-    "edgesmith.models.selfconsume.producer",  # self-consuming
-    "edgesmith.models.eflanding.producer",  # ef-landing-pca
-    "edgesmith.models.dpfl.producer",  # dpfl-logreg
-    "edgesmith.models.wavegc.producer",  # wavegc
-    "edgesmith.models.gnn_causal.producer",  # gnn-iia
-    "edgesmith.models.ood.producer",  # ood-gauss
-    "edgesmith.models.tsv.producer",  # tsv-rwkv
-    "edgesmith.models.influence.producer",  # noise-cnn
-    "edgesmith.models.ctrl.producer",  # ctrl-critic
-    "edgesmith.models.scaling.producer",  # scaling-student
-    "edgesmith.models.founder.producer",  # founder
-    "edgesmith.models.skew.producer",  # skew-spectrum
-    "edgesmith.models.medtok.producer",  # medtok
     "edgesmith.models.lavadl.producer",  # lavadl-digits (trained by lava-dl in the Lava env)
 )
+PRODUCER_MODULES = CORE_PRODUCER_MODULES + PAPER_PRODUCER_MODULES
 
 __all__ = ["Evaluation", "Metric", "Producer", "EdgesmithError", "get_producer", "producer_names", "register_producer"]

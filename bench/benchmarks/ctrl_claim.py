@@ -22,10 +22,10 @@ import torch
 from tqdm.auto import tqdm
 
 from edgesmith.common import atomic_path, write_json
-from edgesmith.models.ctrl.config import CtrlConfig
-from edgesmith.models.ctrl.critic import CriticNet
-from edgesmith.models.ctrl.producer import problem_sets
-from edgesmith.models.ctrl.train import grpo, iterate, network_policy, no_critique_policy, random_policy, sft, torch_predict
+from edgesmith.models.papers.ctrl.config import CtrlConfig
+from edgesmith.models.papers.ctrl.critic import CriticNet
+from edgesmith.models.papers.ctrl.producer import problem_sets
+from edgesmith.models.papers.ctrl.train import grpo, iterate, network_policy, no_critique_policy, random_policy, sft, torch_predict
 
 METHODS = ("CTRL (SFT+GRPO)", "SFT only", "no critique", "random critique")
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from edgesmith.common import atomic_path
-from edgesmith.models.distributed.launch import launch
-from edgesmith.models.dpfl.config import DPFLConfig
+from edgesmith.models.papers.distributed.launch import launch
+from edgesmith.models.papers.dpfl.config import DPFLConfig
 
 METHODS = (("non-private", "nonprivate", "growing"), ("fresh noise", "fresh", "growing"),
            ("noise cancellation (growing sigma)", "cancel", "growing"),
@@ -33,7 +33,7 @@ def run(ms, seeds, epsilon, quick: bool) -> tuple[list[dict], dict]:
     base = dict(clients=8, per_client=40) if quick else {}
     cfgs = [DPFLConfig(m=m, method=meth, schedule=sch, seed=s, epsilon=epsilon, **base)
             for m in ms for _, meth, sch in METHODS for s in seeds]
-    res = launch("edgesmith.models.dpfl.worker", {"runs": [c.to_dict() for c in cfgs]}, nproc=2 if quick else 4,
+    res = launch("edgesmith.models.papers.dpfl.worker", {"runs": [c.to_dict() for c in cfgs]}, nproc=2 if quick else 4,
                  timeout_s=1800)
     runs = res.result["runs"]
     rows = []

@@ -17,8 +17,8 @@ import json
 import sys
 
 from edgesmith.common import atomic_path
-from edgesmith.models.distributed.launch import launch
-from edgesmith.models.eflanding.config import EFLandingConfig
+from edgesmith.models.papers.distributed.launch import launch
+from edgesmith.models.papers.eflanding.config import EFLandingConfig
 
 METHODS = (  # label, compressor, error feedback
     ("uncompressed", "identity", "none"),
@@ -40,7 +40,7 @@ def first_reach(hist: dict, target: float):
 def run(iters: int, workers: int, seed: int, eta: float) -> tuple[list[dict], dict]:
     cfgs = [EFLandingConfig(workers=workers, iters=iters, eta=eta, compressor=c, ef_mode=e, seed=seed,
                             log_every=max(1, iters // 100)) for _, c, e in METHODS]
-    res = launch("edgesmith.models.eflanding.worker", {"runs": [c.to_dict() for c in cfgs]}, nproc=workers, timeout_s=1800)
+    res = launch("edgesmith.models.papers.eflanding.worker", {"runs": [c.to_dict() for c in cfgs]}, nproc=workers, timeout_s=1800)
     rows = []
     for (label, comp, ef), r in zip(METHODS, res.result["runs"]):
         h = r["history"]

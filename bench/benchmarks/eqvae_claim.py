@@ -21,9 +21,9 @@ import torch
 
 from edgesmith.bench.benchmarks.claim_io import claim_command
 from edgesmith.common import atomic_path, write_json
-from edgesmith.models.eqvae.model import Transform
-from edgesmith.models.eqvae.producer import EqvaeProducer
-from edgesmith.models.eqvae.train import KINDS, equivariance_errors, psnr, transforms_of
+from edgesmith.models.papers.eqvae.model import Transform
+from edgesmith.models.papers.eqvae.producer import EqvaeProducer
+from edgesmith.models.papers.eqvae.train import KINDS, equivariance_errors, psnr, transforms_of
 
 MODES = {"none": "base AE", "plain": "plain fine-tune (control)", "eq": "EQ-VAE fine-tune"}
 EXAMPLE_TAUS = (Transform(8, 1), Transform(4, 0), Transform(5, 3))

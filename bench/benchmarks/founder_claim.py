@@ -29,11 +29,11 @@ import torch
 from tqdm.auto import tqdm
 
 from edgesmith.common import EdgesmithError, atomic_path, write_json
-from edgesmith.models.founder.config import PolicyConfig
-from edgesmith.models.founder.env import collect_offline
-from edgesmith.models.founder.grounding import cosine_reward, spearman
-from edgesmith.models.founder.policy import episode_tasks, run_episodes, train_policy
-from edgesmith.models.founder.producer import Founder
+from edgesmith.models.papers.founder.config import PolicyConfig
+from edgesmith.models.papers.founder.env import collect_offline
+from edgesmith.models.papers.founder.grounding import cosine_reward, spearman
+from edgesmith.models.papers.founder.policy import episode_tasks, run_episodes, train_policy
+from edgesmith.models.papers.founder.producer import Founder
 
 EVAL_OFFSET = 20_000  # evaluation trajectories, tasks and noise: seeds never used in training
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m edgesmith.bench.benchmarks.gnn_iia_claim --out runs/gnn-iia-claim [--force] [--quick]
 
-Synthetic graphs with a known causal model (``models.gnn_causal.data``). Variants, several seeds:
+Synthetic graphs with a known causal model (``models.papers.gnn_causal.data``). Variants, several seeds:
 
 - ``attention``: the attention-based transmission module (prompt chosen in the warm-up epochs);
 - ``attention + IIT``: the same with the interchange-intervention training loss (weight 1, layers 0-1);
@@ -28,10 +28,10 @@ from tqdm.auto import tqdm
 
 from edgesmith.bench.benchmarks.claim_io import refuse_existing, write_claim
 from edgesmith.common import atomic_path
-from edgesmith.models.gnn_causal.config import DataConfig, ModelConfig, TrainConfig
-from edgesmith.models.gnn_causal.data import load_splits
-from edgesmith.models.gnn_causal.gnn import CausalGNN
-from edgesmith.models.gnn_causal.train import accuracy, iia, train
+from edgesmith.models.papers.gnn_causal.config import DataConfig, ModelConfig, TrainConfig
+from edgesmith.models.papers.gnn_causal.data import load_splits
+from edgesmith.models.papers.gnn_causal.gnn import CausalGNN
+from edgesmith.models.papers.gnn_causal.train import accuracy, iia, train
 
 IIT_WEIGHT = 1.0
 

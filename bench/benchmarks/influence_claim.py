@@ -5,7 +5,7 @@
 For each activation exponent q, noise class dependence rho (0: equal covariances, 1: disjoint noise
 subspaces) and seed: draw d = 200, n = 200 two-patch data with half the samples atypical, train the
 CNN by gradient descent on the logistic loss, and measure test accuracy on atypical and typical test
-samples. Beside it, the training-free influence score (``models.influence.score``, the project's
+samples. Beside it, the training-free influence score (``models.papers.influence.score``, the project's
 reading of the paper's metric) averaged over the atypical training samples: it is computed from the
 data and covariances only, before any training. Expected: atypical accuracy ~50% at rho = 0, well
 above at rho = 1, with the score rising with it. Writes table.json, table.md and claim.png into --out.
@@ -22,10 +22,10 @@ import torch
 from tqdm.auto import tqdm
 
 from edgesmith.common import atomic_path, write_json
-from edgesmith.models.influence.cnn import TwoPatchCNN, train_gd
-from edgesmith.models.influence.config import CnnConfig, NoiseDataConfig
-from edgesmith.models.influence.data import load_splits
-from edgesmith.models.influence.score import oracle_influence
+from edgesmith.models.papers.influence.cnn import TwoPatchCNN, train_gd
+from edgesmith.models.papers.influence.config import CnnConfig, NoiseDataConfig
+from edgesmith.models.papers.influence.data import load_splits
+from edgesmith.models.papers.influence.score import oracle_influence
 
 
 def run_one(d: int, n: int, rho: float, q: float, seed: int, steps: int) -> dict:
@@ -71,7 +71,7 @@ def markdown(rows: list[dict], settings: dict) -> str:
                      f"{r['influence_atypical_mean']:.3f} ± {r['influence_atypical_mean_std']:.3f} | "
                      f"{r['final_train_loss']:.3g} |")
     lines += ["", "rho = 0: equal noise covariances; rho = 1: disjoint class noise subspaces. The influence score "
-              "is the project's reading of the paper's training-free metric (see models/influence/score.py), "
+              "is the project's reading of the paper's training-free metric (see models/papers/influence/score.py), "
               "not the paper's formula."]
     return "\n".join(lines)
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m edgesmith.bench.benchmarks.medtok_claim --out runs/medtok-claim [--force] [--quick]
 
-For each seed: a synthetic ontology, descriptions and cohort (``models.medtok.data``, half of the
+For each seed: a synthetic ontology, descriptions and cohort (``models.papers.medtok.data``, half of the
 codes unseen in training patients, labels depending on ancestry), MedTok and the text-only baseline
 trained self-supervised on the codes, then the same DeepSets head trained on each one's frozen tokens.
 Reported per tokenizer (mean +- std over seeds): test AUPRC, AUPRC on patients with at least one unseen
@@ -22,9 +22,9 @@ from tqdm.auto import tqdm
 
 from edgesmith.bench.benchmarks.claim_io import refuse_existing, write_claim
 from edgesmith.common import EdgesmithError, atomic_path
-from edgesmith.models.medtok.data import Ontology, OntologyConfig
-from edgesmith.models.medtok.tokenizer import MedTokTokenizer, TextVQTokenizer, TokenizerConfig
-from edgesmith.models.medtok.train import DeepSetsHead, TrainConfig, auprc, code_tokens, codebook_usage, train_head, train_tokenizer
+from edgesmith.models.papers.medtok.data import Ontology, OntologyConfig
+from edgesmith.models.papers.medtok.tokenizer import MedTokTokenizer, TextVQTokenizer, TokenizerConfig
+from edgesmith.models.papers.medtok.train import DeepSetsHead, TrainConfig, auprc, code_tokens, codebook_usage, train_head, train_tokenizer
 
 TOKENIZERS = {"medtok": MedTokTokenizer, "text-vq": TextVQTokenizer}
 

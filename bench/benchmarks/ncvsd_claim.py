@@ -20,9 +20,9 @@ import torch
 
 from edgesmith.bench.benchmarks.claim_io import claim_command
 from edgesmith.common import atomic_path, write_json
-from edgesmith.models.ncvsd.nets import Generator
-from edgesmith.models.ncvsd.producer import NcvsdProducer
-from edgesmith.models.ncvsd.train import mmd
+from edgesmith.models.papers.ncvsd.nets import Generator
+from edgesmith.models.papers.ncvsd.producer import NcvsdProducer
+from edgesmith.models.papers.ncvsd.train import mmd
 
 HEUN_STEPS = 18
 

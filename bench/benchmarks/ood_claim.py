@@ -28,8 +28,8 @@ from tqdm.auto import tqdm
 from edgesmith.models import get_producer
 from edgesmith.bench.benchmarks.claim_io import refuse_existing, write_claim
 from edgesmith.common import EdgesmithError
-from edgesmith.models.ood.data import OOD_SETS
-from edgesmith.models.ood.scores import SCORES, all_scores, fit_mahalanobis
+from edgesmith.models.papers.ood.data import OOD_SETS
+from edgesmith.models.papers.ood.scores import SCORES, all_scores, fit_mahalanobis
 
 COLUMNS = SCORES + ("oracle",)
 

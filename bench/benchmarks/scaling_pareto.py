@@ -3,7 +3,7 @@
     .venv/bin/python -m edgesmith.bench.benchmarks.scaling_pareto --out runs/scaling-pareto [--force] [--quick]
         [--targets T ...] [--workers N] [--ray auto|ADDRESS] [--sweep-dir DIR]
 
-Models (producer ``scaling-student``, see ``models/scaling``): the teacher (scaling up), distilled
+Models (producer ``scaling-student``, see ``models/papers/scaling``): the teacher (scaling up), distilled
 students at several widths (scaling down), and routers over specialists (scaling out). The deploys are
 the cells of an ``edgesmith sweep`` (``bench/recipes/sweeps/scaling.toml``; ``--quick``: its test-size twin),
 run in parallel or on Ray, cached per cell and resumable; this script adds the paper's view (non-zero

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from edgesmith.bench.benchmarks.claim_io import refuse_existing, write_claim
 from edgesmith.common import atomic_path
-from edgesmith.models.selfconsume.loop import LoopConfig, run_loop
+from edgesmith.models.papers.selfconsume.loop import LoopConfig, run_loop
 
 CONDITIONS = {
     "benign": {},

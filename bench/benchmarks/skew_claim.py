@@ -27,8 +27,8 @@ from tqdm.auto import tqdm
 
 from edgesmith.bench.benchmarks.claim_io import claim_command, refuse_existing, write_claim
 from edgesmith.common import EdgesmithError, atomic_path
-from edgesmith.models.skew.producer import atlas_graphs, permute_graphs
-from edgesmith.models.skew.spectrum import correlation_bruteforce, skew_spectrum, spectrum_patterns
+from edgesmith.models.papers.skew.producer import atlas_graphs, permute_graphs
+from edgesmith.models.papers.skew.spectrum import correlation_bruteforce, skew_spectrum, spectrum_patterns
 
 DECIMALS = 6
 

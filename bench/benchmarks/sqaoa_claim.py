@@ -24,9 +24,9 @@ from tqdm import tqdm
 
 from edgesmith.bench.benchmarks.claim_io import refuse_existing, write_claim
 from edgesmith.common import EdgesmithError, atomic_path
-from edgesmith.models.sqaoa.graphs import agreement, brute_force, erdos_renyi_signed, set_partitions
-from edgesmith.models.sqaoa.onehot import solve_onehot
-from edgesmith.models.sqaoa.sqaoa import solve, warm_start
+from edgesmith.models.papers.sqaoa.graphs import agreement, brute_force, erdos_renyi_signed, set_partitions
+from edgesmith.models.papers.sqaoa.onehot import solve_onehot
+from edgesmith.models.papers.sqaoa.sqaoa import solve, warm_start
 
 
 def opt_k(w: np.ndarray, k: int) -> float:

@@ -30,9 +30,9 @@ from tqdm.auto import tqdm
 from edgesmith.models import get_producer
 from edgesmith.bench.benchmarks.claim_io import refuse_existing, write_claim
 from edgesmith.common import EdgesmithError
-from edgesmith.models.ood.scores import auroc
-from edgesmith.models.tsv.facts import corpus
-from edgesmith.models.tsv.method import SteeredRWKV, embed, train_tsv, truth_scores
+from edgesmith.models.papers.ood.scores import auroc
+from edgesmith.models.papers.tsv.facts import corpus
+from edgesmith.models.papers.tsv.method import SteeredRWKV, embed, train_tsv, truth_scores
 
 METHODS = ("probe", "exemplars only", "TSV")
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m edgesmith.bench.benchmarks.wavegc_claim --out runs/wavegc-claim [--force] [--quick]
 
-Long-range node regression on path/ring graphs of up to 64 nodes (``models.wavegc.data``): WaveGC
+Long-range node regression on path/ring graphs of up to 64 nodes (``models.papers.wavegc.data``): WaveGC
 vs a GCN of the same depth and width vs the non-admissible ablation (wavelets built from odd
 Chebyshev terms, so g(0) = 1), several seeds. Reported per model (mean +- std over seeds): test MAE
 over all nodes, MAE over "far" nodes (more than ``layers`` hops from every source: no source is in
@@ -23,10 +23,10 @@ from tqdm.auto import tqdm
 
 from edgesmith.bench.benchmarks.claim_io import refuse_existing, write_claim
 from edgesmith.common import atomic_path
-from edgesmith.models.wavegc.config import DataConfig, TrainConfig, WaveGCConfig
-from edgesmith.models.wavegc.data import N_FEATURES, load_splits
-from edgesmith.models.wavegc.train import predict_torch, score, train
-from edgesmith.models.wavegc.wavegc import GCN, WaveGC
+from edgesmith.models.papers.wavegc.config import DataConfig, TrainConfig, WaveGCConfig
+from edgesmith.models.papers.wavegc.data import N_FEATURES, load_splits
+from edgesmith.models.papers.wavegc.train import predict_torch, score, train
+from edgesmith.models.papers.wavegc.wavegc import GCN, WaveGC
 
 MODELS = {
     "WaveGC": lambda cfg: WaveGC(cfg),
