@@ -6,7 +6,7 @@ line). Anything else is counted against its format: ``internal`` (an exception e
 user error: a traceback without the CLI's last-resort catch), ``hang`` (past the time limit), ``leftover`` (a
 temporary file or a half-written output after the case, or a scratch folder of this process in ``$TMPDIR``),
 ``other`` (another exit code or message shape). Cases are made from ``(format, index, seed)`` alone, so a
-failing case is reproduced by its number: ``python -m edgesmith.bench.benchmarks.fuzz_inputs --format F
+failing case is reproduced by its number: ``python -m edgesmith.bench.studies.fuzz_inputs --format F
 --only N``.
 """
 from __future__ import annotations

@@ -24,7 +24,7 @@ input when it has none), and the classes are the model's predicted classes (argm
 with at least two columns; otherwise one class). Why this may help PTQ: high-scoring samples are
 typical of their (predicted) class, so activation ranges are calibrated on what the test data look
 like rather than on outliers; class balancing keeps every class's activations in the ranges. Whether
-it beats random choice is measured by ``bench.benchmarks.calib_select``, not assumed.
+it beats random choice is measured by ``bench.studies.calib_select``, not assumed.
 """
 from __future__ import annotations
 

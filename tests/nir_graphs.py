@@ -1,5 +1,5 @@
 """NIR graphs for the tests, written with the ``nir`` package (the snnTorch one comes from
-``bench/benchmarks/nir_roundtrip.train_snntorch_digits``)."""
+``bench/studies/nir_roundtrip.train_snntorch_digits``)."""
 from __future__ import annotations
 
 import numpy as np

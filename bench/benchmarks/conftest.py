@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgesmith.bench.benchmarks.int8_speedup import PRECISIONS, build_precision_variants
+from edgesmith.bench.studies.int8_speedup import PRECISIONS, build_precision_variants
 from edgesmith.compress import Artifact, PassContext
 from edgesmith.models import get_producer
 

@@ -14,7 +14,7 @@ Parameter names and shapes follow the official checkpoints (BlinkDL/RWKV-LM, RWK
 The sequence form computes every projection for all tokens at once and runs the matrix state
 32 tokens at a time in the WY (chunked) form of the delta rule (``wkv7_chunked``): a few batched
 matrix products per chunk in place of 32 small steps (training-step times of both forms:
-``bench/benchmarks/rwkv_train_speed.py``). The step form runs the cell on one token
+``bench/studies/rwkv_train_speed.py``). The step form runs the cell on one token
 (``wkv7_scan``); the two agree to rounding.
 """
 from __future__ import annotations

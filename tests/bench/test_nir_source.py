@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from cli_helpers import assert_user_error, run_cli
-from edgesmith.bench.benchmarks.nir_roundtrip import train_snntorch_digits
+from edgesmith.bench.studies.nir_roundtrip import train_snntorch_digits
 from nir_graphs import chain_graph
 
 FAST = ("--reps", "5", "--warmup", "1", "--quiet", "--batch", "1")

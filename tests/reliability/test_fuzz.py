@@ -1,4 +1,4 @@
-"""A fixed sample of the fuzz run (``bench/benchmarks/fuzz_inputs.py`` runs hundreds per format): mutated files of
+"""A fixed sample of the fuzz run (``bench/studies/fuzz_inputs.py`` runs hundreds per format): mutated files of
 every input format edgesmith reads exit 0, or 2 with one line, and leave nothing behind."""
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ def test_the_4bit_kernel_computes_its_documented_integer_arithmetic(tmp_path, gr
 
 @pytest.mark.parametrize("version", [6, 7])
 def test_4bit_decoding_stays_close_to_the_quantized_torch_model(tmp_path, version):
-    from edgesmith.bench.benchmarks.rwkv_decode_speed import quantize_rtn
+    from edgesmith.bench.studies.rwkv_decode_speed import quantize_rtn
 
     q = quantize_rtn(rwkv_model(version=version), 4, 64)
     tokens = np.random.default_rng(2).integers(0, 256, 16)

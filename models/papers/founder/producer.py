@@ -6,7 +6,7 @@ exported module is the reward: input ``[e_t, e_g]`` (two view-B embeddings, pack
 2 x emb_dim), output ``-D(Q(e_t), Q(e_g))``. Metric: Spearman correlation of that reward with minus
 the true (BFS) distance over every ordered pair of free cells, with fresh view-B noise (higher is
 better, 1 is a perfect ranking). The world-model filter, the imagination rollouts and the policy
-are not part of the graph (the policy study is ``bench.benchmarks.founder_claim``).
+are not part of the graph (the policy study is ``bench.studies.founder_claim``).
 
 Details beyond the abstract are unconfirmed (see ``grounding.py`` for the choices made).
 """
@@ -103,4 +103,4 @@ class Founder(Producer):
         return ["The exported graph is the reward only: the view-B mapping Q and the temporal-distance head D, "
                 "input [e_t, e_g], output -D(Q(e_t), Q(e_g)).",
                 "The world model's filter over view-A observations, the imagination rollouts and the "
-                "goal-conditioned policy run outside the graph (bench.benchmarks.founder_claim)."]
+                "goal-conditioned policy run outside the graph (bench.studies.founder_claim)."]

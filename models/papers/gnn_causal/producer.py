@@ -117,5 +117,5 @@ class GnnIiaProducer(Producer):
             "exported graph: the input holds each node's sampled token features for the prompt fixed after the "
             f"warm-up (prompt {self.prompt}), with the adjacency and a node mask packed alongside.",
             "Interchange-intervention accuracy at hidden layers needs access to the layers and is measured by the "
-            "claim (bench.benchmarks.gnn_iia_claim); the deploy report's extra figures give it at the input site.",
+            "claim (bench.studies.gnn_iia_claim); the deploy report's extra figures give it at the input site.",
         ]

@@ -35,7 +35,7 @@ def test_the_tiny_shipped_weights_retrain_byte_for_byte_or_to_float_rounding(tmp
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "edgesmith.bench.benchmarks.denoiser_weights", "--cache",
+    proc = subprocess.run([sys.executable, "-m", "edgesmith.bench.studies.denoiser_weights", "--cache",
                            str(tmp_path / "cache"), "--tiny-only"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
     verdicts = [ln for ln in proc.stdout.splitlines() if " vs shipped " in ln]
@@ -45,7 +45,7 @@ def test_the_tiny_shipped_weights_retrain_byte_for_byte_or_to_float_rounding(tmp
 def test_weights_that_differ_beyond_rounding_are_reported():
     import torch
 
-    from edgesmith.bench.benchmarks.denoiser_weights import largest_difference
+    from edgesmith.bench.studies.denoiser_weights import largest_difference
 
     a = {"w": torch.tensor([1.0, 2.0]), "n": torch.tensor(3), "meta": {"epochs": 2}}
     assert largest_difference(a, {"w": torch.tensor([1.0, 2.0]), "n": torch.tensor(3), "meta": {"epochs": 2}}) == 0
