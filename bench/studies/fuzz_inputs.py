@@ -1,6 +1,6 @@
 """Fuzz every input format edgesmith reads (``edgesmith.bench.fuzz``) and write the counts per format.
 
-    python -m edgesmith.bench.studies.fuzz_inputs --cases 300 --out bench/results/reliability/fuzz
+    python -m edgesmith.bench.studies.fuzz_inputs --cases 300 --out docs/results/reliability/fuzz
     python -m edgesmith.bench.studies.fuzz_inputs --format netx --only 17     # reproduce one case
 
 Each case is a mutated copy of a valid seed file run through the command that reads it, in this process, with a

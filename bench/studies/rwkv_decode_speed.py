@@ -3,7 +3,7 @@
 
     python -m edgesmith.bench.studies.rwkv_decode_speed [--version 7] [--n-layer 4] [--n-embd 1024] \
         [--tokens 64] [--threads 1 0] [--no-rwkvquant] [--runtimes onnxruntime rwkv-c] \
-        [--models fp32 int int-sym rwkvquant] [--prefetch-f32 BYTES] [--out bench/results/rwkv_decode/decode.json]
+        [--models fp32 int int-sym rwkvquant] [--prefetch-f32 BYTES] [--out docs/results/rwkv_decode/decode.json]
 
 The model has random weights (speed does not depend on their values) and is large enough that its
 fp32 linear weights (hundreds of MB) cannot stay in the CPU cache, so each token streams every

@@ -1,7 +1,7 @@
 """RTN, GPTQ, GPTVQ and RWKVQuant on the reference models, with 95% intervals over calibration seeds.
 
     python -m edgesmith.bench.studies.rwkv_quant_seeds [--workers N] [--models rwkv7-ref] \
-        [--out-dir bench/results/rwkv_quant_seeds] [--sweep-dir DIR]
+        [--out-dir docs/results/rwkv_quant_seeds] [--sweep-dir DIR]
     python -m edgesmith.bench.studies.rwkv_quant_seeds --join DIR_V6 DIR_V7 --out-dir OUT
 
 (the second makes one table of sweep folders the first already ran, one per model, say, each with ``--models``;
@@ -784,7 +784,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=None, help="sweep cells at a time (default: one per core)")
     ap.add_argument("--ray", default=None, help="run the cells on Ray: auto, an address, or local")
     ap.add_argument("--sweep-dir", type=Path, default=None, help="default: runs/sweeps/rwkv-quant-seeds")
-    ap.add_argument("--out-dir", type=Path, default=Path("bench/results/rwkv_quant_seeds"))
+    ap.add_argument("--out-dir", type=Path, default=Path("docs/results/rwkv_quant_seeds"))
     ap.add_argument("--join", type=Path, nargs="+", metavar="SWEEP_DIR", default=None,
                     help="make the table of sweep folders this script already ran (say one per model, each with "
                          "--models) instead of running one; computes only the figures its cells do not keep yet")

@@ -1,7 +1,7 @@
 """Perplexity of the RWKV reference models: fp32 vs RTN, GPTQ, GPTVQ, RWKVQuant at ~3.3 and ~4.3 bpw.
 
     python -m edgesmith.bench.studies.rwkv_quant_table [--models rwkv6-ref rwkv7-ref] [--bits 3 4] \
-        [--vectors quantized fp] [--out-dir bench/results/rwkv_quant] [--workers N] [--ray auto|ADDRESS] \
+        [--vectors quantized fp] [--out-dir docs/results/rwkv_quant] [--workers N] [--ray auto|ADDRESS] \
         [--sweep-dir DIR] [--quick | --recipe PATH]
 
 The cells are an ``edgesmith sweep`` (``bench/recipes/sweeps/rwkv-quant-table.toml``; ``--quick``: its
@@ -225,7 +225,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ray", default=None, help="run the cells on Ray: auto, an address, or local")
     ap.add_argument("--sweep-dir", type=Path, default=None,
                     help="the sweep folder to run or resume (default: the recipe's, runs/sweeps/...)")
-    ap.add_argument("--out-dir", type=Path, default=Path("bench/results/rwkv_quant"))
+    ap.add_argument("--out-dir", type=Path, default=Path("docs/results/rwkv_quant"))
     a = ap.parse_args(argv)
     if a.quick and a.recipe:
         ap.error("--quick names its own recipe; give --quick or --recipe, not both")

@@ -2,7 +2,7 @@
 
     python -m edgesmith.bench.studies.rwkv_scale [--version 7] [--n-layer 12] [--n-embd 768] \
         [--vocab 65536] [--methods rwkv-rtn rwkv-gptq rwkv-gptvq rwkvquant] [--bits 3] [--threads 0] \
-        [--sequential] [--out bench/results/rwkv_scale]
+        [--sequential] [--out docs/results/rwkv_scale]
 
 An official-layout ``.pth`` of the shape of RWKV-7 0.1B (12 layers, d 768, head 64, World vocabulary 65,536)
 is written with random weights (N(0, 1/fan_in) matrices; the time and memory of quantization do not depend on
@@ -141,7 +141,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n-calibration", type=int, default=64)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--sequential", action="store_true", help="block-sequential calibration (sequential=true)")
-    ap.add_argument("--out", type=Path, default=Path("bench/results/rwkv_scale"))
+    ap.add_argument("--out", type=Path, default=Path("docs/results/rwkv_scale"))
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--checkpoint", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child-out", default=None, help=argparse.SUPPRESS)

@@ -1,7 +1,7 @@
 """Training-step time of the reference RWKV models: the chunked WKV against the token-by-token one.
 
     python -m edgesmith.bench.studies.rwkv_train_speed [--versions 6 7] [--size large] [--batch 8] \
-        [--steps 5] [--warmup 1] [--device cpu] [--threads 0] [--out-dir bench/results/rwkv_train_speed]
+        [--steps 5] [--warmup 1] [--device cpu] [--threads 0] [--out-dir docs/results/rwkv_train_speed]
 
 For each version, two copies of the same seeded model (the preset's layers, width, heads and window length)
 train on the same batches of the stdlib text with the trainer's own step (``train.train_step``: forward,

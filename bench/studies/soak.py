@@ -1,6 +1,6 @@
 """Soak: many deploys and quantizes in a row in one process, then several at once on one cache; nothing may grow.
 
-    python -m edgesmith.bench.studies.soak --rounds 50 --parallel 8 --out bench/results/reliability/soak
+    python -m edgesmith.bench.studies.soak --rounds 50 --parallel 8 --out docs/results/reliability/soak
 
 Phase 1 runs ``--rounds`` rounds of one host-cpu deploy (fp32 and int8, latency measured in worker processes)
 and one int8 quantize of an ONNX file through the CLI's ``main`` in this process, and after each round reads the

@@ -11,7 +11,7 @@ CALIBRATIONS = ("minmax", "percentile")
 # quantizes residual Adds, Concats and Softmax, whose int8 ranges cost vision and speech transformers 20 dB of output
 # SQNR (DeiT 5.5 dB, Whisper's encoder 38.9 dB; 27.8 and 60.1 dB with this set). On 30 public architectures this set
 # scores higher on 24 (median +1.9 dB), the same on 2 and lower on 4 (three small CNNs 1.0-3.8 dB, Wav2Vec2 0.2 dB),
-# with a smaller file on 28 (bench/results/shapes-int8/)
+# with a smaller file on 28 (docs/results/shapes-int8/)
 INT8_WEIGHT_OP_TYPES = ("MatMul", "Gemm", "Conv", "ConvTranspose", "Gather")
 
 
