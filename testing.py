@@ -99,7 +99,7 @@ class Fixtures:
 
     @cached_property
     def foreign(self) -> dict:
-        from edgesmith.bench.deploy import source_artifact
+        from edgesmith.bench.pipeline.deploy import source_artifact
         from edgesmith.compress import PassContext, config_from_dict, run_passes
 
         torch_art = source_artifact(self.digits)
@@ -360,7 +360,7 @@ def check_target(name: str) -> None:
 def check_producer(name: str) -> None:
     import torch
 
-    from edgesmith.bench.deploy import predictor, source_artifact
+    from edgesmith.bench.pipeline.deploy import predictor, source_artifact
     from edgesmith.models import get_producer
     from edgesmith.models.kinds import get_kind
     from edgesmith.runtimes import REFERENCE_RUNTIMES, get_runtime

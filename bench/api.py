@@ -97,8 +97,8 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
     accuracy, topK, mse, mae, perplexity or fidelity (the default without labels); ``input_shapes`` and
     ``input_types``: ``{input name or "": per-sample shape}`` and ``{...: "int64"}`` to trace a model without data
     (``--input-shape ids=16:int64``; float32 where no type is given)."""
-    from edgesmith.bench.deploy import DeployOptions
-    from edgesmith.bench.deploy import deploy as _deploy
+    from edgesmith.bench.pipeline.deploy import DeployOptions
+    from edgesmith.bench.pipeline.deploy import deploy as _deploy
     from edgesmith.hardware import PlanOptions
 
     model, target = _model(model), _model(target, "target")
@@ -199,7 +199,7 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
     package loads. A setting the chosen output would ignore (``dtype`` for ONNX, ``options`` for .pth) is refused.
     ``input_shapes`` / ``input_types``: the example inputs that a torch model is traced with, as ``deploy`` takes them;
     ``example_data`` (.npy / .npz / a folder of them): real example inputs to trace it with instead."""
-    from edgesmith.bench.deploy import source_artifact
+    from edgesmith.bench.pipeline.deploy import source_artifact
     from edgesmith.bench.sources.base import UserRequest, resolve_model
     from edgesmith.compress import PassContext, config_from_dict, run_passes
     from edgesmith.compress.base import INIT_SUFFIX
@@ -312,7 +312,7 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
     otherwise), as ``deploy --calibration-data / --eval-data`` takes them. ``input_shapes`` / ``input_types``:
     example inputs to trace a torch model file given no data (``deploy --input-shape``).
     """
-    from edgesmith.bench.deploy import _artifact_scorer, predictor, source_artifact
+    from edgesmith.bench.pipeline.deploy import _artifact_scorer, predictor, source_artifact
     from edgesmith.compress import Artifact, PassContext, config_from_dict, run_passes
     from edgesmith.compress.base import INIT_SUFFIX, first_samples, pass_config_type, pass_kinds
     from edgesmith.runtimes import get_runtime, runtime_for
@@ -502,8 +502,8 @@ def onnx_artifact(path: Path):
 def denoise(inp: str | os.PathLike, out: str | os.PathLike, *, variant: str = "dense", runtime: str | None = None,
             downmix: bool = False, model: str | None = None, force: bool = False, seed: int = 0,
             model_options: dict | None = None, progress: bool = False) -> list[dict]:
-    """Enhance a WAV file or a folder of them (``bench/denoise.py``); returns one record per file written."""
-    from edgesmith.bench.denoise import denoise as _denoise
+    """Enhance a WAV file or a folder of them (``bench/pipeline/denoise.py``); returns one record per file written."""
+    from edgesmith.bench.pipeline.denoise import denoise as _denoise
 
     inp, out = _out(inp, "inp"), _out(out)
     return _denoise(inp, out, model=model, variant=variant, runtime=runtime, downmix=downmix, force=force,

@@ -116,7 +116,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_denoise(args) -> int:
-    from edgesmith.bench.denoise import denoise
+    from edgesmith.bench.pipeline.denoise import denoise
 
     done = denoise(args.input, args.out, model=args.model, variant=args.variant, runtime=args.runtime,
                    downmix=args.downmix, force=args.force, seed=args.seed,
@@ -189,7 +189,7 @@ def bench_inputs(model, shapes: dict, batch: int, seed: int, types: dict | None 
 def cmd_bench(args) -> int:
     import onnx
 
-    from edgesmith.bench.latency import measure_isolated
+    from edgesmith.bench.measure.latency import measure_isolated
     from edgesmith.bench.sources.base import parse_input_shapes
 
     if args.out:  # before measuring, not after
@@ -227,7 +227,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_deploy(args) -> int:
-    from edgesmith.bench.deploy import deploy
+    from edgesmith.bench.pipeline.deploy import deploy
 
     recipe = load_recipe(args.recipe)
     out = deploy(deploy_options(args, recipe))

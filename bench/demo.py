@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from edgesmith.bench.recipe import deploy_options, load_recipe
-from edgesmith.bench.report import _fmt_j, _fmt_s
+from edgesmith.bench.report.writers import _fmt_j, _fmt_s
 from edgesmith.common import EdgesmithError, atomic_path, check_output, write_json
 
 DEMO_RECIPE = Path(__file__).resolve().parent / "recipes" / "demo.toml"
@@ -27,7 +27,7 @@ def run_demo(recipe_path: Path, out: Path, *, force: bool = False, progress: boo
     check_output(out, force=force, folder=True)
     flags = argparse.Namespace(quiet=not progress, tvm_tune_trials=tune_trials or None)
     # every deploy's options are built (and so checked) before the first one runs
-    from edgesmith.bench.deploy import deploy, preflight
+    from edgesmith.bench.pipeline.deploy import deploy, preflight
 
     runs = []
     for i, entry in enumerate(deploys):

@@ -160,7 +160,7 @@ def parse_key_values(items: list[str] | None, flag: str) -> dict:
 
 def deploy_options(args, recipe: dict, overrides: dict | None = None):
     """DeployOptions from a (checked) recipe table and CLI flags; flags win, ``overrides`` win over both."""
-    from edgesmith.bench.deploy import DeployOptions
+    from edgesmith.bench.pipeline.deploy import DeployOptions
     from edgesmith.bench.sources.base import parse_input_shapes
     from edgesmith.hardware import PlanOptions
 

@@ -14,7 +14,7 @@ A sweep recipe is a deploy recipe (``bench/recipe.py``) whose top level is share
     [[cell]]                      # and/or cells listed one by one (deploy tables over the top level), each
     model_options = { width = 2.0 }   # crossed with the grid's axes it does not set itself
 
-Each cell is one ``deploy`` (``bench/deploy.py``). Its folder under ``cells/`` is named by a content hash
+Each cell is one ``deploy`` (``bench/pipeline/deploy.py``). Its folder under ``cells/`` is named by a content hash
 of what it deploys: the cell's deploy table (paths made absolute), the bytes of every file it names (model,
 data) and the edgesmith version. A cell whose ``cell.json`` is there is done, so a rerun, or a sweep that was
 interrupted, runs only the missing cells (``--force`` runs them all again). The threads a cell runs with are
@@ -158,7 +158,7 @@ def load_sweep(path: str | os.PathLike, *, yes: bool = False) -> tuple[dict, lis
 def _check_cell(spec: dict) -> None:
     """What can be checked of a cell without building anything (``deploy.preflight``): a typo must not surface after
     an hour of cells."""
-    from edgesmith.bench.deploy import preflight
+    from edgesmith.bench.pipeline.deploy import preflight
 
     preflight(deploy_options(argparse.Namespace(quiet=True), spec, {"out": "unused"}))
 
@@ -236,7 +236,7 @@ def _limit_threads(threads: int) -> None:
 def run_cell(spec: dict, folder: str, threads: int) -> dict:
     """Deploy one cell into ``folder`` (a process pool worker or a Ray task); returns its summary and report."""
     from edgesmith.bench.demo import _summary_rows
-    from edgesmith.bench.deploy import deploy
+    from edgesmith.bench.pipeline.deploy import deploy
 
     _limit_threads(threads)
     opts = deploy_options(argparse.Namespace(quiet=True), spec, {"out": folder, "force": True})

@@ -108,7 +108,7 @@ class Producer(ABC):
         when this producer offers none (those passes then refuse with a clear message)."""
         return None
 
-    # --- deployment hints (read by targets and by ``bench.deploy``) ---------------------------------
+    # --- deployment hints (read by targets and by ``bench.pipeline.deploy``) ---------------------------------
     def unsupported_formats(self) -> dict[str, str]:
         """Numeric formats a target must not build for this model, each with the reason (e.g. "int4":
         "no MatMul with weights: the model is a simulator"). Targets report them as unavailable."""
@@ -126,7 +126,7 @@ class Producer(ABC):
         return []
 
     def ood_inputs(self) -> dict[str, np.ndarray] | None:
-        """Inputs for the OOD-score monitor (``bench.ood_monitor``), or None: ``{"id": held-out
+        """Inputs for the OOD-score monitor (``bench.measure.ood_monitor``), or None: ``{"id": held-out
         in-distribution inputs, "<set name>": out-of-distribution inputs, ...}``, each shaped like
         ``input_shape``. Classifiers that give them get MSP / energy / Mahalanobis AUROC and the
         score shift of every compressed variant in their deploy report."""

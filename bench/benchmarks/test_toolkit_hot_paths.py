@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgesmith.bench.latency import measure_latency
+from edgesmith.bench.measure.latency import measure_latency
 from edgesmith.compress import Artifact, apply_pass
 from edgesmith.compress.export_onnx import ExportOnnxConfig
 from edgesmith.compress.quant_int4 import Int4WeightOnlyConfig

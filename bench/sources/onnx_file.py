@@ -165,7 +165,7 @@ def onnx_user_model(path: Path, label: str, request: UserRequest, notes: list[st
     exported from (kept for training passes, see ``compress.torch_source``)."""
     import onnx
 
-    from edgesmith.bench.deploy import predictor
+    from edgesmith.bench.pipeline.deploy import predictor
     from edgesmith.compress import Artifact
     from edgesmith.compress.quant_int4 import int4_layer_counts
     from edgesmith.models.user import UserModel

@@ -60,7 +60,7 @@ def largest_difference(a, b) -> float:
 
 def retrain(cache: Path, names=tuple(SETTINGS), log=print) -> list[dict]:
     os.environ["EDGESMITH_NO_SHIPPED_WEIGHTS"] = "1"
-    from edgesmith.bench.deploy import source_artifact
+    from edgesmith.bench.pipeline.deploy import source_artifact
     from edgesmith.common import SHIPPED_WEIGHTS
     from edgesmith.compress import PassContext, run_passes
     from edgesmith.hardware import PlanOptions, get_target

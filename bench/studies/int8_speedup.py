@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from edgesmith.bench.latency import IsolatedResult, measure_isolated
+from edgesmith.bench.measure.latency import IsolatedResult, measure_isolated
 from edgesmith.compress import Artifact, PassContext, run_passes
 from edgesmith.compress.export_onnx import ExportOnnxConfig
 from edgesmith.compress.quant_int4 import Int4WeightOnlyConfig

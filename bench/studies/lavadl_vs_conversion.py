@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 from edgesmith.bench.studies.claim_io import claim_main
-from edgesmith.bench.deploy import DeployOptions, deploy
+from edgesmith.bench.pipeline.deploy import DeployOptions, deploy
 from edgesmith.models import get_producer
 
 QUICK_LAVADL = {"hidden": (16,), "epochs": 2}

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edgesmith.bench.deploy import source_artifact
+from edgesmith.bench.pipeline.deploy import source_artifact
 from edgesmith.compress import PassContext, run_passes
 from edgesmith.compress.lrnn import fixed as F
 from edgesmith.compress.lrnn.train_passes import PruneLrnnConfig, QatLrnnConfig

@@ -43,7 +43,7 @@ def memory_bytes(model: S5Denoiser) -> int:
 
 def cell_model(spec: dict, sparse: bool) -> S5Denoiser:
     """A cell's float model as its deploy built it (producer and prune pass, both found in the cache)."""
-    from edgesmith.bench.deploy import source_artifact
+    from edgesmith.bench.pipeline.deploy import source_artifact
     from edgesmith.compress import PassContext, run_passes
     from edgesmith.compress.lrnn.train_passes import PruneLrnnConfig
     from edgesmith.models import get_producer

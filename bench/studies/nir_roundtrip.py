@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 from edgesmith.bench.studies.claim_io import claim_main
-from edgesmith.bench.deploy import DeployOptions, deploy
+from edgesmith.bench.pipeline.deploy import DeployOptions, deploy
 
 
 def train_snntorch_digits(x_tr, y_tr, steps: int = 16, epochs: int = 15, seed: int = 0):

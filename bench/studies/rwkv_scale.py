@@ -152,7 +152,7 @@ def main(argv=None) -> int:
         return 0
     from tqdm.auto import tqdm
 
-    from edgesmith.bench.deploy import environment
+    from edgesmith.bench.pipeline.deploy import environment
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="edgesmith-rwkv-scale-") as tmp:

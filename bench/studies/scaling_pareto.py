@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgesmith.bench.deploy import environment
+from edgesmith.bench.pipeline.deploy import environment
 from edgesmith.bench.sweep import RECIPES
 from edgesmith.models import get_producer
 from edgesmith.common import EdgesmithError, atomic_path, write_json

@@ -4,7 +4,7 @@ A kind owns what differs between model families and nothing else: the input/outp
 producer of that kind must honour, its options (one config dataclass, reached from the CLI with
 ``--option KEY=VALUE`` and from a recipe's ``[options]`` table), the batch sizes it is timed at, and
 how one timed call turns into its speed figure (samples/s, tokens/s, real-time factor). Targets own
-the plan for each kind they support; ``bench.deploy`` runs every kind through the same pipeline.
+the plan for each kind they support; ``bench.pipeline.deploy`` runs every kind through the same pipeline.
 
 Registration: one line per kind module in ``models.kinds.KIND_MODULES``; each module defines one
 ``@register_kind`` class.

@@ -9,7 +9,7 @@ import torch
 
 from edgesmith.bench.recipe import load_recipe
 from edgesmith.bench.sweep import load_sweep
-from tests.bench.cli_helpers import run_cli
+from cli_helpers import run_cli
 
 
 def test_relative_input_paths_are_joined_to_the_recipes_folder_and_names_and_out_are_not(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 
 from edgesmith.bench.sweep import cell_key, load_sweep, pareto_front, run_sweep
 from edgesmith.common import EdgesmithError
-from tests.bench.cli_helpers import assert_user_error, run_cli
+from cli_helpers import assert_user_error, run_cli
 
 # digits-mlp fp32 in onnxruntime, timed briefly: a cell costs seconds, most of it the worker's imports
 FAST = """model = "digits-mlp"

@@ -99,7 +99,7 @@ def test_select_calibration_first_is_the_producers_own_order(digits):
 def test_deploy_options_and_cli_take_the_selector():
     from edgesmith.bench.cli import build_parser
     from edgesmith.bench.recipe import deploy_options as _deploy_options
-    from edgesmith.bench.deploy import DeployOptions
+    from edgesmith.bench.pipeline.deploy import DeployOptions
 
     with pytest.raises(EdgesmithError, match="calibration selector"):
         DeployOptions("digits-mlp", "host-cpu", "x", calibration_select="best")

@@ -9,7 +9,7 @@ import pytest
 import torch
 from onnx import numpy_helper
 
-from edgesmith.bench.deploy import source_artifact
+from edgesmith.bench.pipeline.deploy import source_artifact
 from edgesmith.common import EdgesmithError
 from edgesmith.compress import PassContext, config_from_dict, run_passes
 from edgesmith.compress.qat_brevitas import QatW4A8Config, layer_sensitivity, quantized_copy

@@ -109,7 +109,7 @@ def _descends_from(pid: int, ancestor: int) -> bool:
 
 
 def _wait_for_workers(parent_pid: int, timeout: float = 240) -> list[int]:
-    """PIDs of the latency workers the deploy has started (they run ``edgesmith.bench.worker``)."""
+    """PIDs of the latency workers the deploy has started (they run ``edgesmith.bench.measure.worker``)."""
     t0 = time.time()
     while time.time() - t0 < timeout:
         found = []
@@ -119,7 +119,7 @@ def _wait_for_workers(parent_pid: int, timeout: float = 240) -> list[int]:
                     cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ")
                 except OSError:
                     continue
-                if b"edgesmith.bench.worker" in cmd and _descends_from(int(p.name), parent_pid):
+                if b"edgesmith.bench.measure.worker" in cmd and _descends_from(int(p.name), parent_pid):
                     found.append(int(p.name))
         if found:
             return found

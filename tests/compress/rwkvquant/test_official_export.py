@@ -66,7 +66,7 @@ def test_an_fp16_export_holds_the_dequantized_weights_rounded_once(quantized, tm
 
 
 def test_a_non_rwkv_model_or_a_bad_dtype_is_refused_without_writing(capsys, tmp_path):
-    from tests.bench.cli_helpers import assert_user_error, run_cli
+    from cli_helpers import assert_user_error, run_cli
 
     code, _, err = run_cli(capsys, "export", "digits-mlp", "--out", tmp_path / "d.pth")
     assert_user_error(code, err, "only RWKV models export to an official .pth")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgesmith.bench.deploy import source_artifact
+from edgesmith.bench.pipeline.deploy import source_artifact
 from edgesmith.compress import PassContext, run_passes
 from edgesmith.hardware import PlanOptions, get_target
 from edgesmith.models import get_producer

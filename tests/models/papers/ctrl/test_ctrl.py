@@ -147,7 +147,7 @@ def test_producer_is_reproducible_and_lists_without_training(own_cache):
 
 
 def test_tiny_deploy_reports_fp32_pass_rate_equal_to_torch(own_cache, tmp_path):
-    from edgesmith.bench.deploy import DeployOptions, deploy
+    from edgesmith.bench.pipeline.deploy import DeployOptions, deploy
     from edgesmith.hardware import PlanOptions
     from edgesmith.models import get_producer
     from edgesmith.models.papers.ctrl.train import torch_predict

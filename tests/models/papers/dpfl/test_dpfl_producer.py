@@ -28,7 +28,7 @@ def test_tiny_build_reports_its_privacy_and_communication(tiny):
 
 
 def test_tiny_deploy_reports_fp32_equal_to_torch_and_int8_close(tiny, tmp_path):
-    from edgesmith.bench.deploy import DeployOptions, deploy
+    from edgesmith.bench.pipeline.deploy import DeployOptions, deploy
     from edgesmith.hardware import PlanOptions
 
     out = deploy(DeployOptions("dpfl-logreg", "host-cpu", tmp_path / "r", plan=PlanOptions(tvm=False),

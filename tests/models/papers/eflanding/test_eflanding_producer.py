@@ -31,7 +31,7 @@ def test_retraining_with_the_same_seed_gives_the_same_weights(tiny, tmp_path, mo
 
 
 def test_tiny_deploy_reports_fp32_equal_to_torch_and_int8_close(tiny, tmp_path):
-    from edgesmith.bench.deploy import DeployOptions, deploy
+    from edgesmith.bench.pipeline.deploy import DeployOptions, deploy
     from edgesmith.hardware import PlanOptions
 
     out = deploy(DeployOptions("ef-landing-pca", "host-cpu", tmp_path / "r", plan=PlanOptions(tvm=False),

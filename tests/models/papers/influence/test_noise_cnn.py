@@ -121,7 +121,7 @@ def test_producer_lists_without_data_and_rebuilds_identically(own_cache):
 
 
 def test_tiny_deploy_reports_fp32_accuracy_equal_to_torch(own_cache, tmp_path):
-    from edgesmith.bench.deploy import DeployOptions, deploy
+    from edgesmith.bench.pipeline.deploy import DeployOptions, deploy
     from edgesmith.hardware import PlanOptions
     from edgesmith.models import get_producer
 

@@ -48,7 +48,7 @@ def test_tiny_build_is_reproducible_for_a_seed(tmp_path, monkeypatch):
 
 
 def test_tiny_deploy_scores_fp32_like_torch_and_int8_close(tmp_path):
-    from edgesmith.bench.deploy import DeployOptions, deploy
+    from edgesmith.bench.pipeline.deploy import DeployOptions, deploy
     from edgesmith.hardware import PlanOptions
 
     out = deploy(DeployOptions("medtok", "host-cpu", tmp_path / "r", plan=PlanOptions(tvm=False),

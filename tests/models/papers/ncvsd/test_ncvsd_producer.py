@@ -66,7 +66,7 @@ def test_bad_options_are_user_errors():
 
 
 def test_tiny_deploy_matches_the_torch_metric(tmp_path, tiny):
-    from edgesmith.bench.deploy import DeployOptions, deploy
+    from edgesmith.bench.pipeline.deploy import DeployOptions, deploy
     from edgesmith.hardware import PlanOptions
 
     # int4 and TVM rows are exercised by the full deploy command; two variants keep this test short

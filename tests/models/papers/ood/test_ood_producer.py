@@ -71,7 +71,7 @@ def test_split_outputs_rejects_outputs_of_another_shape(tiny):
 
 
 def test_tiny_deploy_reports_the_metric_and_the_ood_monitor(tmp_path, tiny):
-    from edgesmith.bench.deploy import DeployOptions, deploy
+    from edgesmith.bench.pipeline.deploy import DeployOptions, deploy
     from edgesmith.hardware import PlanOptions
 
     out = deploy(DeployOptions("ood-gauss", "host-cpu", tmp_path / "r", plan=PlanOptions(tvm=False),

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgesmith.bench.deploy import DeployOptions, deploy
+from edgesmith.bench.pipeline.deploy import DeployOptions, deploy
 from edgesmith.hardware import PlanOptions
 from edgesmith.models import get_producer
 from edgesmith.common import EdgesmithError

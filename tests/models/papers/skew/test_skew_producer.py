@@ -58,7 +58,7 @@ def test_check_input_rejects_non_adjacency_rows():
 
 
 def test_tiny_deploy_scores_fp32_like_torch_and_int8_close(tmp_path):
-    from edgesmith.bench.deploy import DeployOptions, deploy
+    from edgesmith.bench.pipeline.deploy import DeployOptions, deploy
     from edgesmith.hardware import PlanOptions
 
     out = deploy(DeployOptions("skew-spectrum", "host-cpu", tmp_path / "r", plan=PlanOptions(tvm=False),

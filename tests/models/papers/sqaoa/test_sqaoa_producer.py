@@ -61,7 +61,7 @@ def test_evaluation_is_a_ratio_and_rejects_wrong_shapes(tiny):
 
 
 def test_tiny_deploy_reports_fp32_equal_to_torch_and_a_close_int8(tmp_path, monkeypatch):
-    from edgesmith.bench.deploy import DeployOptions, deploy
+    from edgesmith.bench.pipeline.deploy import DeployOptions, deploy
     from edgesmith.hardware import PlanOptions
 
     monkeypatch.setenv("EDGESMITH_CACHE", str(tmp_path / "cache"))

@@ -75,7 +75,7 @@ def test_detector_output_is_a_probability_and_the_metric_is_its_auroc(tiny):
 
 
 def test_tiny_deploy_scores_fp32_like_torch_and_int8_close(tmp_path, tiny):
-    from edgesmith.bench.deploy import DeployOptions, deploy
+    from edgesmith.bench.pipeline.deploy import DeployOptions, deploy
     from edgesmith.hardware import PlanOptions
 
     plan = PlanOptions(tvm=False, variants=("fp32", "int8"))  # int4 builds like int8; two rows keep it quick

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import torch
 
-from edgesmith.bench.deploy import DeployOptions, deploy
+from edgesmith.bench.pipeline.deploy import DeployOptions, deploy
 from edgesmith.hardware import PlanOptions
 from edgesmith.models import get_producer
 

@@ -1,7 +1,7 @@
 """Latency measurement that says how it was measured: per-call samples, percentiles, spread, method.
 
 ``measure_latency`` times a loaded runtime in this process. ``measure_isolated`` runs the same
-measurement in a fresh Python process per artifact (``python -m edgesmith.bench.worker``), because numbers taken
+measurement in a fresh Python process per artifact (``python -m edgesmith.bench.measure.worker``), because numbers taken
 in a process that has just trained or compressed models are noisy (allocator and cache state, threads
 left over) and its peak RSS belongs to everything the process did, not to the artifact.
 """
@@ -19,14 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
-from edgesmith.bench.memory import MemoryStats, artifact_size_bytes, current_rss_bytes, peak_rss_bytes
+from edgesmith.bench.measure.memory import MemoryStats, artifact_size_bytes, current_rss_bytes, peak_rss_bytes
 from edgesmith.compress.base import Artifact
 from edgesmith.common import EdgesmithError, run_child, write_json, scratch_dir
 from edgesmith.runtimes.base import Runtime, as_input, get_runtime
 
 METHOD_IN_PROCESS = "perf_counter_ns around run(), in-process"
-METHOD_ISOLATED = "perf_counter_ns around run(), fresh process (python -m edgesmith.bench.worker)"
-REPO_ROOT = Path(__file__).resolve().parent.parent
+METHOD_ISOLATED = "perf_counter_ns around run(), fresh process (python -m edgesmith.bench.measure.worker)"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -228,7 +228,7 @@ def _run_worker(workdir: Path, threads: int | None, timeout_s: float, what: str)
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     try:
-        proc = run_child([sys.executable, "-m", "edgesmith.bench.worker", str(workdir)], cwd=REPO_ROOT, env=env,
+        proc = run_child([sys.executable, "-m", "edgesmith.bench.measure.worker", str(workdir)], cwd=REPO_ROOT, env=env,
                          timeout_s=timeout_s)
     except subprocess.TimeoutExpired:
         raise EdgesmithError(f"measuring {what} in a fresh process took longer than {timeout_s} s.",

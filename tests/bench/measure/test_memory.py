@@ -6,7 +6,7 @@ import json
 import numpy as np
 import onnx
 
-from edgesmith.bench.memory import MemoryStats, artifact_size_bytes, current_rss_bytes, peak_rss_bytes
+from edgesmith.bench.measure.memory import MemoryStats, artifact_size_bytes, current_rss_bytes, peak_rss_bytes
 from edgesmith.compress import Artifact
 
 

@@ -1,6 +1,6 @@
-"""The fresh process behind ``bench.latency.measure_isolated``: load one artifact, time it, report.
+"""The fresh process behind ``bench.measure.latency.measure_isolated``: load one artifact, time it, report.
 
-    python -m edgesmith.bench.worker WORKDIR
+    python -m edgesmith.bench.measure.worker WORKDIR
 
 WORKDIR holds ``spec.json`` (runtime, threads, counts, artifact) and ``inputs.npz`` (one array under
 the name "", or one per input name). The worker
@@ -60,8 +60,8 @@ def measure(workdir: Path) -> None:
         x = z[""] if z.files == [""] else {k: z[k] for k in z.files}
     library = _BACKEND_LIBRARIES.get(spec["runtime"])
 
-    from edgesmith.bench.latency import measure_latency
-    from edgesmith.bench.memory import current_rss_bytes, peak_rss_bytes
+    from edgesmith.bench.measure.latency import measure_latency
+    from edgesmith.bench.measure.memory import current_rss_bytes, peak_rss_bytes
     from edgesmith.common import write_json
     from edgesmith.runtimes import get_runtime
 
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m edgesmith.bench.worker WORKDIR", file=sys.stderr)
+        print("usage: python -m edgesmith.bench.measure.worker WORKDIR", file=sys.stderr)
         return 2
     workdir = Path(argv[0])
     try:

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from edgesmith.bench.deploy import DeployOptions, deploy
+from edgesmith.bench.pipeline.deploy import DeployOptions, deploy
 from edgesmith.hardware import PlanOptions
 from edgesmith.common import EdgesmithError
 
@@ -51,7 +51,7 @@ def test_existing_report_folder_needs_force(tmp_path):
 
 
 def test_failed_deploy_leaves_no_half_written_folder(tmp_path, monkeypatch):
-    import edgesmith.bench.deploy as d
+    import edgesmith.bench.pipeline.deploy as d
 
     def boom(*a, **k):
         raise RuntimeError("simulated crash in the middle of a deploy")
@@ -136,7 +136,7 @@ def test_unknown_model_option_is_a_user_error(tmp_path):
 
 
 def test_a_backend_that_cannot_run_the_model_is_reported_as_failed_not_fatal(tmp_path, monkeypatch):
-    import edgesmith.bench.deploy as d
+    import edgesmith.bench.pipeline.deploy as d
 
     real = d._VariantRun.row
 

@@ -60,7 +60,7 @@ def mask_function(producer, variant: str, runtime: str | None, workdir: Path, se
     host-cpu plan's passes (cached), onnxruntime adds the streaming-step export."""
     import torch
 
-    from edgesmith.bench.deploy import source_artifact
+    from edgesmith.bench.pipeline.deploy import source_artifact
     from edgesmith.compress import Artifact, PassContext, run_passes
     from edgesmith.compress.export_step import ExportStepOnnxConfig
     from edgesmith.hardware import PlanOptions, get_target

@@ -22,10 +22,10 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from edgesmith import __version__
-from edgesmith.bench.energy import RaplReader, energy_figure
-from edgesmith.bench.latency import measure_isolated
-from edgesmith.bench.ood_monitor import ood_entry, ood_reference
-from edgesmith.bench.report import write_report
+from edgesmith.bench.measure.energy import RaplReader, energy_figure
+from edgesmith.bench.measure.latency import measure_isolated
+from edgesmith.bench.measure.ood_monitor import ood_entry, ood_reference
+from edgesmith.bench.report.writers import write_report
 from edgesmith.bench.sources.base import UserRequest, resolve_model
 from edgesmith.common import EdgesmithError, atomic_path, check_output, check_seed
 from edgesmith.compress import Artifact, PassContext, run_passes
@@ -486,7 +486,7 @@ class _VariantRun:
             "latency": {},
             "speed": {},
         }
-        if self.ood_ref is not None:  # OOD scores of this variant vs the fp32 monitor (bench.ood_monitor)
+        if self.ood_ref is not None:  # OOD scores of this variant vs the fp32 monitor (bench.measure.ood_monitor)
             row["ood"] = ood_entry(producer, predictor(rt, art, chunk), self.ood_ref, seed=opts.seed)
         if rt.bit_exact_reference:
             row["bit_exact_reference"] = _compare_bit_exact(rt, art, calls)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgesmith.bench.ood_monitor import ks_distance, ood_entry, ood_reference
+from edgesmith.bench.measure.ood_monitor import ks_distance, ood_entry, ood_reference
 from edgesmith.common import EdgesmithError
 
 

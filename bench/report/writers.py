@@ -261,7 +261,7 @@ def plot_report(report: dict, folder: Path) -> list[str]:
 
 
 def ood_markdown(report: dict) -> list[str]:
-    """The OOD-monitor section (bench.ood_monitor): each score's AUROC and its shift against fp32."""
+    """The OOD-monitor section (bench.measure.ood_monitor): each score's AUROC and its shift against fp32."""
     ref = report.get("ood_reference")
     rows = [r for r in report["results"] if r.get("ood")]
     if not ref or not rows:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from edgesmith.bench.energy import EnergyMeasurement, RaplReader, counter_delta, energy_figure
+from edgesmith.bench.measure.energy import EnergyMeasurement, RaplReader, counter_delta, energy_figure
 from edgesmith.hardware import get_target
 from edgesmith.hardware.base import Workload
 from edgesmith.common import EdgesmithError

@@ -1,7 +1,7 @@
 """Memory figures of a measurement: artifact size on disk, resident set size now and at its peak.
 
 Peak RSS is the process's high-water mark over its whole life, which is why latency and memory are
-measured in a fresh process per artifact (``bench.latency.measure_isolated``): in a process that has
+measured in a fresh process per artifact (``bench.measure.latency.measure_isolated``): in a process that has
 already built or loaded other models, the peak says nothing about the one being measured.
 """
 from __future__ import annotations

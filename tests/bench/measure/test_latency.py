@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-import edgesmith.bench.latency as latency
-from edgesmith.bench.latency import LatencyStats, measure_isolated, measure_latency, outputs_checksum
+import edgesmith.bench.measure.latency as latency
+from edgesmith.bench.measure.latency import LatencyStats, measure_isolated, measure_latency, outputs_checksum
 from edgesmith.compress import Artifact
 from edgesmith.common import EdgesmithError
 from edgesmith.runtimes import get_runtime

@@ -1,0 +1,1 @@
+"""Reports: the deploy report written as JSON, Markdown and PNG plots (``writers``)."""
