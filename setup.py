@@ -9,7 +9,7 @@ Everything else about the distribution is in pyproject.toml.
 from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 
-PACKAGES = ("compress", "runtimes", "models", "hardware", "bench")
+PACKAGES = ("compress", "runtimes", "models", "hardware", "bench", "common")
 
 
 class BuildPy(build_py):

@@ -476,11 +476,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     except OSError as e:  # a full disk or a forbidden folder met outside an output write: still the user's to fix
-        from edgesmith.common import _WRITE_ERRNOS
+        from edgesmith.common import WRITE_ERRNOS
 
-        if e.errno not in _WRITE_ERRNOS:
+        if e.errno not in WRITE_ERRNOS:
             return _internal(e)
-        what, fix = _WRITE_ERRNOS[e.errno]
+        what, fix = WRITE_ERRNOS[e.errno]
         print(f"edgesmith: error: {what} ({e.filename or e.strerror}).", file=sys.stderr)
         print(f"  fix: {fix}.", file=sys.stderr)
         return 2

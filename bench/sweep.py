@@ -380,9 +380,9 @@ def cell_report(out: str | os.PathLike, key: str) -> dict:
 def _worker_init(parent: int) -> None:  # pragma: no cover - runs in each pool worker
     """A pool worker dies with the sweep: SIGKILL when its parent dies (even by SIGKILL), so neither it nor the
     resource tracker (whose pipe the workers hold) is left running; a parent already gone ends it at once."""
-    from edgesmith.common import _die_with_parent
+    from edgesmith.common import die_with_parent
 
-    _die_with_parent()
+    die_with_parent()
     if os.getppid() != parent:
         os._exit(1)
 

@@ -275,9 +275,9 @@ def _compile_job(onnx_bytes: bytes, input_name: str, shape, threads: int, tune_t
     import onnx
     import tvm
 
-    from edgesmith.common import _die_with_parent
+    from edgesmith.common import die_with_parent
 
-    _die_with_parent()  # its parent is the fork server, which ends when the process that asked ends
+    die_with_parent()  # its parent is the fork server, which ends when the process that asked ends
     try:
         model = onnx.load_from_string(onnx_bytes)
         target = host_target(threads)

@@ -167,7 +167,7 @@ def test_an_interrupted_deploy_leaves_nothing_and_reruns_without_force(tmp_path,
 def test_a_cache_miss_loads_the_shipped_weights_and_a_broken_shipped_file_is_retrained(tmp_path, monkeypatch):
     import torch
 
-    import edgesmith.common as common
+    import edgesmith.common.cache as common
 
     shipped = tmp_path / "weights"
     shipped.mkdir()

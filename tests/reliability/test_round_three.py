@@ -11,6 +11,7 @@ import resource
 import stat
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -282,7 +283,7 @@ def test_the_trusted_flag_loads_a_pickled_module(tmp_path, capsys):
 
 
 def test_a_full_cache_is_one_error_naming_it_and_leaves_no_lock(tmp_path, monkeypatch):
-    from edgesmith import common
+    from edgesmith.common import cache as common
     from edgesmith.common import EdgesmithError, cached
 
     monkeypatch.setenv("EDGESMITH_CACHE", str(tmp_path))
@@ -298,14 +299,14 @@ def test_a_full_cache_is_one_error_naming_it_and_leaves_no_lock(tmp_path, monkey
     def read_only(*a, **k):
         raise OSError(errno.EROFS, "Read-only file system", str(tmp_path / "models"))
 
-    monkeypatch.setattr(common.tempfile, "mkdtemp", read_only)
+    monkeypatch.setattr(tempfile, "mkdtemp", read_only)  # where atomic writes make their temporary folder
     with pytest.raises(EdgesmithError, match=r"\$EDGESMITH_CACHE=.*read-only"):
         common.torch_cached(tmp_path / "models" / "y.pt", lambda: {"a": torch.zeros(2)})
 
 
 def test_a_cache_written_through_torch_save_reports_the_errno(tmp_path):
     # torch's own file writer turns ENOSPC into a RuntimeError without an errno; the cache writes through memory
-    from edgesmith.common import _save_torch
+    from edgesmith.common.cache import _save_torch
 
     _save_torch({"a": torch.arange(3)}, tmp_path / "t.pt")
     assert torch.equal(torch.load(tmp_path / "t.pt", weights_only=True)["a"], torch.arange(3))
