@@ -296,11 +296,11 @@ def check_pass(kind: str, workdir: str | Path, fixtures: Fixtures | None = None)
 
 def check_runtime(name: str, workdir: str | Path, fixtures: Fixtures | None = None) -> None:
     from edgesmith.runtimes import get_runtime
-    from edgesmith.runtimes.base import _RUNTIMES
+    from edgesmith.runtimes.base import RUNTIMES
 
     fx = fixtures or Fixtures(workdir)
     get_runtime(name)  # imports the backend (and says why, if it is not available here)
-    cls = _RUNTIMES[name]
+    cls = RUNTIMES.get(name)
     _require(cls.contract_fixture in FIXTURES, name, f"names no known contract fixture ({cls.contract_fixture!r})")
     art, x = fx.artifact(cls.contract_fixture)
     _require(art.format in cls.formats, name, f"its fixture is {art.format}, which it does not load")
@@ -329,7 +329,7 @@ def check_target(name: str) -> None:
     from edgesmith.hardware import PlanOptions, get_target
     from edgesmith.models.kinds import kind_names
     from edgesmith.runtimes import get_runtime, runtime_names
-    from edgesmith.runtimes.base import _RUNTIMES
+    from edgesmith.runtimes.base import RUNTIMES
 
     t = get_target(name)
     _require(set(t.kinds) <= set(kind_names()) and set(t.refused_kinds) <= set(kind_names()), name,
@@ -353,7 +353,7 @@ def check_target(name: str) -> None:
                      f"variant {v.name} names runtimes that are not registered: {v.runtimes}")
             for r in v.runtimes:
                 get_runtime(r)
-                _require(fmt in _RUNTIMES[r].formats, name, f"variant {v.name}: runtime {r} does not load {fmt}")
+                _require(fmt in RUNTIMES.get(r).formats, name, f"variant {v.name}: runtime {r} does not load {fmt}")
         json.dumps(plan.to_dict())
 
 
@@ -363,7 +363,8 @@ def check_producer(name: str) -> None:
     from edgesmith.bench.pipeline.deploy import predictor, source_artifact
     from edgesmith.models import get_producer
     from edgesmith.models.kinds import get_kind
-    from edgesmith.runtimes import REFERENCE_RUNTIMES, get_runtime
+    from edgesmith.compress.formats import FORMATS, reference_runtime
+    from edgesmith.runtimes import get_runtime
 
     cls = type(get_producer(name))
     producer = get_producer(name, seed=0, **cls.tiny_options)
@@ -372,7 +373,7 @@ def check_producer(name: str) -> None:
              "weight_files() must list paths without building the model")
     kind = get_kind(producer.kind)
     kind.check_producer(producer)
-    _require(producer.native_format in REFERENCE_RUNTIMES, name, f"no reference runtime for {producer.native_format}")
+    _require(producer.native_format in FORMATS, name, f"native format {producer.native_format!r} is not registered")
     producer.build()
     calib = producer.calibration_data(4)
     _require(1 <= len(calib) <= 4 and np.all(np.isfinite(calib)), name, "calibration data must be 1-4 finite samples")
@@ -381,7 +382,7 @@ def check_producer(name: str) -> None:
                  f"calibration samples are {tuple(calib.shape[1:])}, not the declared {tuple(producer.input_shape)}")
     _require(len(producer.example_inputs(3)) == 3, name, "example_inputs(3) must give three samples")
     art = source_artifact(producer)
-    rt = get_runtime(REFERENCE_RUNTIMES[art.format], threads=1).load(art)
+    rt = get_runtime(reference_runtime(art.format), threads=1).load(art)
     with torch.inference_mode():
         ev = producer.evaluate(predictor(rt, art))
     _require(np.isfinite(ev.value) and ev.n_samples > 0, name, "the reference must score a finite metric")

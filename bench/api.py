@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from edgesmith.bench.sources.netx_file import SUFFIXES as NETX_SUFFIXES
 from edgesmith.common import EdgesmithError, NoEvaluationData, atomic_files, check_seed, scratch_dir
+from edgesmith.common.checks import is_int
 
 
 def _table(value, name: str) -> dict:
@@ -65,7 +65,7 @@ def _whole(value, name: str, *, optional: bool = True, low: int = 0):
     """An integer argument (``None`` allowed where ``optional``), as the CLI's ``type=int`` would insist."""
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    if not is_int(value, low):
         raise EdgesmithError(f"{name} is {value!r}, not a whole number of at least {low}.",
                              f"pass {name} as an int, e.g. {name}={max(low, 17) if name == 'opset' else max(low, 1)}.")
     return value
@@ -409,19 +409,10 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
     return QuantizeResult(out, report_path, reports, evaluation, unscored)
 
 
-# netx takes the netx source's own list, so every name `deploy` reads as netx can also be written
-FILE_SUFFIXES = {"onnx": (".onnx",), "netx": NETX_SUFFIXES, "nir": (".nir",), "rwkv-c": (".rwkvc.npz",)}
-
-
 def _check_suffix(out: Path, last) -> None:
-    """An output named for another format (an ONNX graph in ``q.pth``) is refused before any work."""
-    suffixes = FILE_SUFFIXES.get(last.output_format)
-    if suffixes and not out.name.endswith(suffixes):
-        pth = (" (an RWKV model's quantized .pth comes from `edgesmith deploy`; `edgesmith export` makes an official "
-               ".pth of it)") if out.suffix == ".pth" else ""
-        raise EdgesmithError(f"{out.name}: the last pass, {last.kind}, writes a file of format "
-                             f"{last.output_format!r}, which that name does not say.",
-                             f"name the output {out.stem}{suffixes[0]}{pth}.")
+    from edgesmith.compress.formats import check_suffix
+
+    check_suffix(out, last.output_format, last.kind)
 
 
 def _checked_calibration(calibration):

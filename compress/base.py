@@ -25,21 +25,20 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from edgesmith.common import Config, EdgesmithError, check_finite_array, import_modules
+from edgesmith.common import Config, EdgesmithError, check_finite_array
+from edgesmith.common.registry import Registry
 
 # --- artifacts -----------------------------------------------------------------------------------
 
-FORMATS = ("torch", "onnx", "netx", "nir", "lava", "trees", "c", "rwkv-c")
 INIT_SUFFIX = ".init.npz"  # beside a step graph: its trained starting state (runtimes.stateful reads it)
-IN_MEMORY_FORMATS = ("torch", "trees")  # carry ``module``; the others carry ``path``
 
 
 @dataclass
 class Artifact:
     """A model at one point of the pipeline.
 
-    ``format`` is one of ``FORMATS``. A ``torch`` artifact carries ``module`` (in eval mode); the
-    others carry ``path`` to a file written atomically by the pass that produced it. ``meta`` holds
+    ``format`` is a registered format (``compress.formats``). An in-memory one (torch, trees) carries ``module``
+    (in eval mode); the others carry ``path`` to a file written atomically by the pass that produced it. ``meta`` holds
     facts later stages need (input name and shape, quantization scheme, which passes ran).
     """
 
@@ -49,11 +48,14 @@ class Artifact:
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        if self.format not in FORMATS:
-            raise ValueError(f"unknown artifact format {self.format!r}; expected one of {FORMATS}")
-        if self.format in IN_MEMORY_FORMATS and self.module is None:
+        from edgesmith.compress.formats import FORMATS
+
+        fmt = FORMATS.find(self.format)
+        if fmt is None:
+            raise ValueError(f"unknown artifact format {self.format!r}; expected one of {FORMATS.names()}")
+        if fmt.in_memory and self.module is None:
             raise ValueError(f"a {self.format} artifact needs a module")
-        if self.format not in IN_MEMORY_FORMATS and self.path is None:
+        if not fmt.in_memory and self.path is None:
             raise ValueError(f"a {self.format} artifact needs a path")
         if self.path is not None:
             self.path = Path(self.path)
@@ -75,7 +77,7 @@ class Artifact:
 
 # --- configs ----------------------------------------------------------------------------------------
 
-_CONFIG_TYPES: dict[str, type["PassConfig"]] = {}
+PASSES: Registry[type["PassConfig"]] = Registry("pass", "edgesmith.compress:PASS_MODULES")  # kind -> config type
 
 
 @dataclass
@@ -97,22 +99,11 @@ class PassConfig(Config):
         raise EdgesmithError(f"{self.kind}: {field_name} {problem}.", fix)
 
 
-def _import_passes() -> None:
-    from edgesmith import compress
-
-    import_modules(compress.PASS_MODULES)
-
-
 def config_from_dict(d: dict) -> PassConfig:
     """Rebuild a config from ``to_dict`` output (or a recipe table): ``{"kind": ..., fields...}``."""
-    _import_passes()
     d = dict(d)
-    kind = d.pop("kind", None)
-    if kind not in _CONFIG_TYPES:
-        raise EdgesmithError(
-            f"unknown pass {kind!r}.", f"use one of: {', '.join(sorted(_CONFIG_TYPES))}."
-        )
-    cls = _CONFIG_TYPES[kind]
+    cls = PASSES.get(d.pop("kind", None))
+    kind = cls.kind
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(d) - names)
     if unknown:
@@ -131,13 +122,11 @@ def config_from_json(s: str) -> PassConfig:
 
 
 def pass_kinds() -> list[str]:
-    _import_passes()
-    return sorted(_CONFIG_TYPES)
+    return PASSES.names()
 
 
 def pass_config_type(kind: str) -> type["PassConfig"]:
-    _import_passes()
-    return _CONFIG_TYPES[kind]
+    return PASSES.get(kind)
 
 
 # --- reports and context ----------------------------------------------------------------------------
@@ -243,7 +232,7 @@ def register_pass(config_type: type[PassConfig]) -> Callable[[Handler], Handler]
 
     def deco(handler: Handler) -> Handler:
         _HANDLERS[config_type] = handler
-        _CONFIG_TYPES[config_type.kind] = config_type
+        PASSES.register(config_type.kind, config_type)
         return handler
 
     return deco

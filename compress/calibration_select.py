@@ -33,9 +33,10 @@ from typing import Callable
 import numpy as np
 
 from edgesmith.common import EdgesmithError, check_finite_array
+from edgesmith.common.registry import Registry
 
 SelectorFn = Callable[..., np.ndarray]
-_SELECTORS: dict[str, SelectorFn] = {}
+SELECTORS: Registry[SelectorFn] = Registry("calibration selector")
 POOL_FACTOR = 8  # candidates drawn per calibration sample wanted, for the selectors that choose
 
 
@@ -43,20 +44,17 @@ def register_selector(name: str) -> Callable[[SelectorFn], SelectorFn]:
     """Decorator: ``fn(pool, n, *, rng, features, labels) -> indices`` becomes selector ``name``."""
 
     def deco(fn: SelectorFn) -> SelectorFn:
-        _SELECTORS[name] = fn
-        return fn
+        return SELECTORS.register(name, fn)
 
     return deco
 
 
 def selector_names() -> list[str]:
-    return sorted(_SELECTORS)
+    return SELECTORS.names()
 
 
 def check_selector(name: str) -> str:
-    if name not in _SELECTORS:
-        raise EdgesmithError(f"unknown calibration selector {name!r}.",
-                             f"use one of: {', '.join(selector_names())}.")
+    SELECTORS.get(name)
     return name
 
 
@@ -72,7 +70,7 @@ def select_indices(name: str, pool: np.ndarray, n: int, *, seed: int = 0, featur
             raise EdgesmithError(f"{len(arr)} {what} were given for a pool of {len(pool)} samples.",
                                  f"give one row of {what} per pool sample.")
     n = min(int(n), len(pool))
-    idx = _SELECTORS[name](pool, n, rng=np.random.default_rng(seed), features=features, labels=labels)
+    idx = SELECTORS.get(name)(pool, n, rng=np.random.default_rng(seed), features=features, labels=labels)
     return np.sort(np.asarray(idx, dtype=np.int64))
 
 

@@ -312,6 +312,11 @@ def _export_rwkv_c(artifact: Artifact, config: ExportRWKVCConfig, ctx: PassConte
     meta = {**{k: v for k, v in artifact.meta.items() if k != "recurrent"}, "rwkv_c": sizes,
             "bytes_per_token": per_token, "macs_per_token": macs_per_token(arrays),
             "precision": "int4" if n4 else "int8" if n8 else "fp32", "recurrent": recurrent_spec(sizes, "init_wkv" in arrays)}
+    # the per-sample operation counts a cost model reads (hardware.Workload's fields): one token per call
+    meta["workload"] = {"macs": float(meta["macs_per_token"]), "weight_bytes": float(per_token),
+                        "precision": meta["precision"], "n_layers": int(sizes["n_layer"]),
+                        "source": "export-rwkv-c: every matrix's rows x cols MACs and the bytes the decoder reads per "
+                                  "token (4-bit codes, scales and zero points, fp32 layers, one embedding row, state)"}
     new = Artifact("rwkv-c", path=out, meta=meta)
     lin_bits = sum(r.bits_per_weight * r.n_params for r in layers) / sum(r.n_params for r in layers)
     notes = [f"{n4} of {len(layers)} block linears as 4-bit codes, {n8} as 8-bit codes, the rest fp32; "

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 from edgesmith.compress.base import PassConfig
-from edgesmith.common import EdgesmithError, import_modules
+from edgesmith.common import EdgesmithError
+from edgesmith.common.checks import is_int
+from edgesmith.common.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,7 @@ class PlanOptions:
             if not isinstance(getattr(self, name), bool):
                 raise EdgesmithError(f"plan option {name} is {getattr(self, name)!r}.", "use true or false.")
         n = self.tvm_tune_trials
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        if not is_int(n, 0):
             raise EdgesmithError(f"tvm_tune_trials is {n!r}.", "use a whole number >= 0 (0: no fresh tuning).")
         if any(not isinstance(v, str) for v in self.variants):
             raise EdgesmithError(f"variants {list(self.variants)!r} are not all names.", "list variant names, e.g. fp32.")
@@ -161,6 +163,11 @@ class PlanOptions:
 class Target(ABC):
     """A deployment target. Subclasses are registered with ``@register_target``."""
 
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if "planners" in cls.__dict__:
+            cls.kinds = tuple(cls.planners)
+
     name: ClassVar[str]
     description: ClassVar[str]
     numeric_formats: ClassVar[tuple[str, ...]]
@@ -169,8 +176,10 @@ class Target(ABC):
     runtime: ClassVar[str]  # the runtime that runs the deployed artifact
     export_format: ClassVar[str]
     latency_provenance: ClassVar[str]  # "measured" here, or "estimated" (no device on this machine)
-    # model kinds this target plans for: each has a method plan_<kind, dashes as underscores>
-    kinds: ClassVar[tuple[str, ...]] = ("tensor",)
+    # model kind -> the function that plans its variants (set at the end of the class body, after the methods):
+    # the kinds this target runs, and the one place a deploy goes from a kind to its plan
+    planners: ClassVar[dict[str, Callable[..., "Plan"]]] = {}
+    kinds: ClassVar[tuple[str, ...]] = ()  # derived from ``planners``
     # kinds it refuses, each with the reason shown to the user
     refused_kinds: ClassVar[dict[str, str]] = {}
     # formats a model may arrive in for this target's plans to start from (a producer's native_format)
@@ -189,13 +198,13 @@ class Target(ABC):
         self.check_kind(kind.name, producer.name)
         self.check_source_format(producer.native_format, producer.name)
         kind_options = kind.options(options.options)
-        return getattr(self, "plan_" + kind.name.replace("-", "_"))(producer, options, kind_options)
+        return self.planners[kind.name](self, producer, options, kind_options)
 
     def check_kind(self, kind: str, what: str = "this model") -> None:
         """Refuse a model kind this target has no plan for, with the reason and the targets that have one."""
         if kind in self.kinds:
             return
-        others = [n for n in target_names() if kind in _TARGETS[n].kinds]
+        others = [n for n in target_names() if kind in TARGETS.get(n).kinds]
         why = self.refused_kinds.get(kind, f"it has no plan for {kind} models")
         raise EdgesmithError(f"{self.name} cannot run {what}, a {kind} model: {why}.",
                              f"deploy it to {' or '.join(others)}." if others else "no target runs this kind yet.")
@@ -204,7 +213,7 @@ class Target(ABC):
         """Refuse a model that arrives in a format none of this target's plans start from."""
         if fmt in self.source_formats:
             return
-        others = [n for n in target_names() if fmt in _TARGETS[n].source_formats]
+        others = [n for n in target_names() if fmt in TARGETS.get(n).source_formats]
         raise EdgesmithError(f"{self.name} cannot start from {what}, a {fmt} file: its plans start from "
                              f"{', '.join(self.source_formats)} models.",
                              f"deploy it to {' or '.join(others)}." if others else "convert it to one of those formats.")
@@ -235,30 +244,16 @@ class Target(ABC):
         }
 
 
-_TARGETS: dict[str, type[Target]] = {}
+TARGETS: Registry[type[Target]] = Registry("target", "edgesmith.hardware:TARGET_MODULES", listing="edgesmith targets")
 
 
 def register_target(cls: type[Target]) -> type[Target]:
-    _TARGETS[cls.name] = cls
-    return cls
-
-
-def _import_targets() -> None:
-    from edgesmith import hardware
-
-    import_modules(hardware.TARGET_MODULES)
+    return TARGETS.register(cls.name, cls)
 
 
 def target_names() -> list[str]:
-    _import_targets()
-    return sorted(_TARGETS)
+    return TARGETS.names()
 
 
 def get_target(name: str) -> Target:
-    _import_targets()
-    try:
-        return _TARGETS[name]()
-    except KeyError:
-        raise EdgesmithError(
-            f"unknown target {name!r}.", f"use one of: {', '.join(target_names())} (see `edgesmith targets`)."
-        ) from None
+    return TARGETS.get(name)()

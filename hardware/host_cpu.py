@@ -384,7 +384,6 @@ class HostCpu(Target):
     runtime = "onnxruntime"
     export_format = "onnx"
     latency_provenance = "measured"
-    kinds = ("tensor", "token-lm", "stream", "tree-policy")
 
     def __init__(self, cores: int | None = None):
         self._cost_model = HostCpuCostModel(cores, _CPU)
@@ -515,3 +514,5 @@ class HostCpu(Target):
         ]
         return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance,
                     ["every row is timed in a fresh process; the c row calls the compiled .so through ctypes"])
+
+    planners = {"tensor": plan_tensor, "token-lm": plan_token_lm, "stream": plan_stream, "tree-policy": plan_tree_policy}

@@ -88,7 +88,6 @@ class JetsonOrinNano(Target):
     runtime = "onnxruntime"
     export_format = "onnx"
     latency_provenance = "estimated"
-    kinds = ("tensor", "token-lm", "stream")
     refused_kinds = {"tree-policy": "no tree-ensemble kernel for its GPU is modelled here (the ONNX TreeEnsemble "
                                     "operator would run on its ARM CPU, which this cost model does not describe)"}
 
@@ -133,6 +132,8 @@ class JetsonOrinNano(Target):
                     ["torch on this machine is a numerical proxy for the Jetson's outputs only",
                      "latency and energy come from the jetson-orin-nano cost model, one kernel launch per layer "
                      "and frame (the model runs token by token, as a streaming denoiser must)"])
+
+    planners = {"tensor": plan_tensor, "token-lm": plan_token_lm, "stream": plan_stream}
 
 
 PROXY_NOTES = ["onnxruntime on this machine is a numerical proxy for the Jetson's outputs only",

@@ -183,7 +183,6 @@ class Loihi2(Target):
     runtime = "lava"
     export_format = "netx"
     latency_provenance = "estimated"
-    kinds = ("tensor", "stream")
     source_formats = ("torch", "onnx", "netx", "nir")
     refused_kinds = {
         "token-lm": "its recurrent state update multiplies activations by activations (RWKV's time mix) and its "
@@ -267,6 +266,8 @@ class Loihi2(Target):
         if module is not None and hasattr(module, "parameters"):  # 8-bit weights: one byte per parameter
             self.check_fits(int(sum(p.numel() for p in module.parameters())),
                             f"{getattr(producer, 'name', 'the model')} (8-bit weights)")
+
+    planners = {"tensor": plan_tensor, "stream": plan_stream}
 
 
 ACTIVITY_NOTE = ("Lava simulates the chip on this machine; latency and energy are estimated from its activity "

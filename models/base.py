@@ -14,7 +14,8 @@ from typing import Callable, ClassVar
 
 import numpy as np
 
-from edgesmith.common import EdgesmithError, import_modules
+from edgesmith.common import EdgesmithError
+from edgesmith.common.registry import Registry
 
 PredictFn = Callable[[np.ndarray], np.ndarray]
 
@@ -144,40 +145,23 @@ class Producer(ABC):
         return x
 
 
-_PRODUCERS: dict[str, type[Producer]] = {}
+PRODUCERS: Registry[type[Producer]] = Registry("model", "edgesmith.models:PRODUCER_MODULES", listing="edgesmith models")
 
 
 def register_producer(cls: type[Producer]) -> type[Producer]:
     """Class decorator: make a producer available by its ``name``."""
-    if cls.name in _PRODUCERS and _PRODUCERS[cls.name] is not cls:
-        raise ValueError(f"producer name {cls.name!r} registered twice")
-    _PRODUCERS[cls.name] = cls
-    return cls
-
-
-def _import_producers() -> None:
-    from edgesmith import models
-
-    import_modules(models.PRODUCER_MODULES)
+    return PRODUCERS.register(cls.name, cls)
 
 
 def producer_names() -> list[str]:
-    _import_producers()
-    return sorted(_PRODUCERS)
+    return PRODUCERS.names()
 
 
 def check_producer_options(name: str, kwargs: dict) -> type[Producer]:
     """The class of producer ``name`` once ``kwargs`` are known to be among its arguments (nothing is built)."""
     import inspect
 
-    _import_producers()
-    try:
-        cls = _PRODUCERS[name]
-    except KeyError:
-        raise EdgesmithError(
-            f"unknown model {name!r}.",
-            f"use one of: {', '.join(producer_names())} (see `edgesmith models`).",
-        ) from None
+    cls = PRODUCERS.get(name)
     params = [p for p in inspect.signature(cls.__init__).parameters.values()
               if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "seed"]
     unknown = sorted(set(kwargs) - {p.name for p in params} - {"seed"})
@@ -191,8 +175,7 @@ def check_producer_options(name: str, kwargs: dict) -> type[Producer]:
 
 def producer_class(name: str) -> type[Producer] | None:
     """The registered class of ``name`` (its class attributes, without building anything); None if unknown."""
-    _import_producers()
-    return _PRODUCERS.get(name)
+    return PRODUCERS.find(name)
 
 
 def get_producer(name: str, **kwargs) -> Producer:

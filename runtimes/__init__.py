@@ -19,16 +19,13 @@ RUNTIME_MODULES = {
     "rwkv-c": "edgesmith.runtimes.rwkv_c_rt",
 }
 
-# the runtime that runs a model in its native format: the reference every variant is compared with
-REFERENCE_RUNTIMES = {"torch": "torch", "trees": "trees", "onnx": "onnxruntime", "c": "c", "netx": "netx-ref",
-                      "nir": "nir-float", "rwkv-c": "rwkv-c"}
 
 
 def runtime_for(artifact) -> str:
-    """The runtime that runs ``artifact`` on this machine without a simulator: its format's reference, and
-    for Lava files their bit-exact NumPy/Numba twin."""
-    if artifact.format == "lava":  # the fixed-point S5 denoiser (compress/lrnn/fixed.py)
-        return "lrnn-ref"
-    return REFERENCE_RUNTIMES[artifact.format]
+    """The runtime that runs ``artifact`` on this machine without a simulator (its format's reference runtime)."""
+    from edgesmith.compress.formats import reference_runtime
 
-__all__ = ["REFERENCE_RUNTIMES", "runtime_for", "RunResult", "Runtime", "get_runtime", "register_runtime", "runtime_names"]
+    return reference_runtime(artifact.format)
+
+
+__all__ = ["runtime_for", "RunResult", "Runtime", "get_runtime", "register_runtime", "runtime_names"]

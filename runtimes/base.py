@@ -22,7 +22,8 @@ from typing import ClassVar
 import numpy as np
 
 from edgesmith.compress.base import Artifact
-from edgesmith.common import EdgesmithError, import_modules
+from edgesmith.common import EdgesmithError
+from edgesmith.common.registry import Registry
 
 
 @dataclass
@@ -116,27 +117,20 @@ def as_input(x) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
-_RUNTIMES: dict[str, type[Runtime]] = {}
+# a per-name table: asking for one runtime imports only its module
+RUNTIMES: Registry[type[Runtime]] = Registry("runtime", "edgesmith.runtimes:RUNTIME_MODULES")
 
 
 def register_runtime(cls: type[Runtime]) -> type[Runtime]:
-    _RUNTIMES[cls.name] = cls
-    return cls
+    return RUNTIMES.register(cls.name, cls)
 
 
 def runtime_names() -> list[str]:
-    from edgesmith import runtimes
-
-    return sorted(runtimes.RUNTIME_MODULES)
+    return RUNTIMES.names()
 
 
 def get_runtime(name: str, **options) -> Runtime:
-    from edgesmith import runtimes
-
-    if name not in runtimes.RUNTIME_MODULES:
-        raise EdgesmithError(f"unknown runtime {name!r}.", f"use one of: {', '.join(runtime_names())}.")
-    import_modules([runtimes.RUNTIME_MODULES[name]])
-    cls = _RUNTIMES[name]
+    cls = RUNTIMES.get(name)
     ok, why = cls.available()
     if not ok:  # ``why`` is "problem. Fix: what to do"
         problem, _, fix = why.partition(" Fix: ")

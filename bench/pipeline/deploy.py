@@ -28,13 +28,15 @@ from edgesmith.bench.measure.ood_monitor import ood_entry, ood_reference
 from edgesmith.bench.report.writers import write_report
 from edgesmith.bench.sources.base import UserRequest, resolve_model
 from edgesmith.common import EdgesmithError, atomic_path, check_output, check_seed
+from edgesmith.common.checks import is_int
 from edgesmith.compress import Artifact, PassContext, run_passes
-from edgesmith.compress.base import IN_MEMORY_FORMATS, n_samples
+from edgesmith.compress.base import n_samples
+from edgesmith.compress.formats import get_format, reference_runtime
 from edgesmith.compress.calibration_select import check_selector, select_calibration
 from edgesmith.hardware import PlanOptions, Workload, get_target
 from edgesmith.hardware.workload import scale_activity, workload_from_activity, workload_from_module, workload_from_onnx
 from edgesmith.models.kinds import get_kind
-from edgesmith.runtimes import REFERENCE_RUNTIMES, RunResult, get_runtime
+from edgesmith.runtimes import RunResult, get_runtime
 from edgesmith.runtimes.stateful import recurrent_spec, run_sequence, timing_feed
 
 
@@ -73,18 +75,18 @@ class DeployOptions:
         check_selector(self.calibration_select)
         if self.batch_sizes is not None:
             self.batch_sizes = tuple(self.batch_sizes)
-            if not self.batch_sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 1
+            if not self.batch_sizes or any(not is_int(b, 1)
                                            for b in self.batch_sizes):
                 raise EdgesmithError(f"batch sizes {list(self.batch_sizes)} are not all positive whole numbers.",
                                      "use e.g. --batch 1 --batch 64.")
         check_seed(self.seed)
         for name, lo in (("warmup", 0), ("reps", 5), ("threads", 0)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            if not is_int(v, lo):
                 raise EdgesmithError(f"{name} is {v!r}.", f"use a whole number of at least {lo}"
                                      + (" (percentiles need a few repetitions)." if name == "reps" else "."))
         n = self.n_calibration
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        if n is not None and (not is_int(n, 1)):
             raise EdgesmithError(f"n_calibration is {n!r}.", "use a positive number of calibration samples.")
 
     def to_dict(self) -> dict:
@@ -150,7 +152,7 @@ def source_artifact(producer) -> Artifact:
     meta.update(getattr(producer, "artifact_meta", None) or {})  # a source's own settings (a NIR graph's dt, steps)
     if producer.native_format == "onnx" and len(meta.get("inputs", [])) > 1:
         meta["input_shape"] = None
-    if producer.native_format not in IN_MEMORY_FORMATS:  # a file: a user's ONNX model, a netx network
+    if not get_format(producer.native_format).in_memory:  # a file: a user's ONNX model, a netx network
         from edgesmith.compress.torch_source import torch_source
 
         # an ONNX export of the user's torch module carries the module on, for training passes (torch-source)
@@ -188,6 +190,8 @@ def _workload(art: Artifact, producer, kind, activity: dict | None) -> Workload:
     """Per-sample operation counts: from simulator activity when there is some, else from the graph."""
     if activity is not None:
         return workload_from_activity(activity, weight_bytes=art.size_bytes())
+    if "workload" in art.meta:  # counted by the pass that wrote the artifact (e.g. the C decoder's arrays)
+        return Workload(**art.meta["workload"])
     if art.format == "onnx":
         feed = timing_inputs(art, producer, 1)  # resolves dynamic dimensions (sequence length, image size)
         names = [s["name"] for s in art.meta.get("inputs", [])] or [None]
@@ -196,11 +200,6 @@ def _workload(art: Artifact, producer, kind, activity: dict | None) -> Workload:
         work = workload_from_onnx(art.path, input_shapes=shapes)
     elif art.format == "torch":
         work = workload_from_module(art.module, producer.input_shape)
-    elif art.format == "rwkv-c":  # the C decoder: one token per call, every matrix read once
-        return Workload(macs=float(art.meta["macs_per_token"]), weight_bytes=float(art.meta["bytes_per_token"]),
-                        precision=art.meta.get("precision", "fp32"), n_layers=int(art.meta["rwkv_c"]["n_layer"]),
-                        source="export-rwkv-c: every matrix's rows x cols MACs and the bytes the decoder reads per "
-                               "token (4-bit codes, scales and zero points, fp32 layers, one embedding row, state)")
     else:  # trees, C: comparisons and lookups, no multiply-accumulates to count
         weight_bytes = art.meta.get("weight_bytes", art.size_bytes())  # a C file's tables, not its source text
         return Workload(weight_bytes=float(weight_bytes), n_layers=1,
@@ -296,7 +295,7 @@ def deploy(opts: DeployOptions) -> Path:
     producer.build()
     plan = target.plan(producer, opts.plan)  # again, now that the model is built (its size is checked)
     ref_art = source_artifact(producer)
-    ref_name = REFERENCE_RUNTIMES[ref_art.format]
+    ref_name = reference_runtime(ref_art.format)
     ref_rt = get_runtime(ref_name, threads=threads).load(ref_art)
     ref_eval = producer.evaluate(predictor(ref_rt, ref_art))
     probe = producer.example_inputs(getattr(producer, "fixed_batch", None) or kind.probe_samples)

@@ -20,7 +20,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from edgesmith.common import EdgesmithError, cache_dir, import_modules, regular_file
+from edgesmith.common import EdgesmithError, cache_dir, regular_file
+from edgesmith.common.registry import Registry
 
 
 @dataclass
@@ -90,28 +91,25 @@ def file_digest(path: Path) -> bytes:
     return h.digest()
 
 
-_SOURCES: dict[str, type[ModelSource]] = {}
+SOURCES: Registry[type[ModelSource]] = Registry("model source", "edgesmith.bench.sources:SOURCE_MODULES")
 
 
 def register_source(cls: type[ModelSource]) -> type[ModelSource]:
-    _SOURCES[cls.name] = cls
-    return cls
+    return SOURCES.register(cls.name, cls)
 
 
 def source_names() -> list[str]:
-    from edgesmith.bench import sources
-
-    import_modules(sources.SOURCE_MODULES)
-    return list(_SOURCES)
+    """In registration order: the order sources are tried in."""
+    return SOURCES.in_order()
 
 
 def find_source(spec: str) -> ModelSource | None:
     """The first registered model source that recognises ``spec`` (None when none does)."""
-    return next((src for src in (_SOURCES[n]() for n in source_names()) if src.matches(spec)), None)
+    return next((src for src in (SOURCES.get(n)() for n in source_names()) if src.matches(spec)), None)
 
 
 def describe_sources() -> list[dict]:
-    return [{"name": n, "description": _SOURCES[n].description, "options": _SOURCES[n].options_help}
+    return [{"name": n, "description": SOURCES.get(n).description, "options": SOURCES.get(n).options_help}
             for n in source_names()]
 
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgesmith.bench.sources.base import ModelSource, UserRequest, register_source, synthetic_evaluation
-
-SUFFIXES = (".net", ".h5", ".hdf5")
+from edgesmith.compress.formats import NETX_SUFFIXES as SUFFIXES  # one list: what deploy reads, export writes
 
 
 @register_source

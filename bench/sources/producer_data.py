@@ -44,9 +44,10 @@ def with_user_data(producer, request: UserRequest):
     file_reference = None
     if module is None:  # a model that is a file (a netx network): its format's reference runtime reads it
         from edgesmith.compress import Artifact
-        from edgesmith.runtimes import REFERENCE_RUNTIMES, get_runtime
+        from edgesmith.compress.formats import reference_runtime
+        from edgesmith.runtimes import get_runtime
 
-        rt = get_runtime(REFERENCE_RUNTIMES[producer.native_format], threads=1)
+        rt = get_runtime(reference_runtime(producer.native_format), threads=1)
         rt.load(Artifact(producer.native_format, path=path, meta={"input_shape": list(producer.input_shape)}))
         file_reference = rt
 

@@ -16,7 +16,8 @@ from abc import ABC
 from dataclasses import dataclass
 from typing import ClassVar
 
-from edgesmith.common import Config, EdgesmithError, import_modules
+from edgesmith.common import Config, EdgesmithError
+from edgesmith.common.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -102,30 +103,16 @@ class Kind(ABC):
                 "producer_contract": [f"{a}: {w}" for a, w in self.required]}
 
 
-_KINDS: dict[str, type[Kind]] = {}
+KINDS: Registry[type[Kind]] = Registry("model kind", "edgesmith.models.kinds:KIND_MODULES")
 
 
 def register_kind(cls: type[Kind]) -> type[Kind]:
-    if cls.name in _KINDS and _KINDS[cls.name] is not cls:
-        raise ValueError(f"kind {cls.name!r} registered twice")
-    _KINDS[cls.name] = cls
-    return cls
-
-
-def _import_kinds() -> None:
-    from edgesmith.models import kinds
-
-    import_modules(kinds.KIND_MODULES)
+    return KINDS.register(cls.name, cls)
 
 
 def kind_names() -> list[str]:
-    _import_kinds()
-    return sorted(_KINDS)
+    return KINDS.names()
 
 
 def get_kind(name: str) -> Kind:
-    _import_kinds()
-    try:
-        return _KINDS[name]()
-    except KeyError:
-        raise EdgesmithError(f"unknown model kind {name!r}.", f"use one of: {', '.join(kind_names())}.") from None
+    return KINDS.get(name)()
