@@ -458,7 +458,7 @@ def test_metric_and_label_mistakes_are_user_errors(capsys, files, tmp_path):
 
 def test_a_variant_that_its_runtime_cannot_run_is_one_user_error_naming_it(capsys, files, tmp_path, monkeypatch):
     # onnxruntime's own error on a file edgesmith built (once T5's int8 bucket Gather) must not end in a traceback
-    from edgesmith.bench import deploy as deploy_module
+    from edgesmith.bench.pipeline import deploy as deploy_module
 
     real = deploy_module._VariantRun.row
 
