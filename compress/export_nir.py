@@ -21,6 +21,7 @@ from typing import ClassVar
 import numpy as np
 
 from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.common.checks import is_int
 from edgesmith.compress.base import Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult, register_pass
 from edgesmith.compress.export_netx import linear_relu_layers
 
@@ -38,7 +39,7 @@ class ExportNirConfig(PassConfig):
     dt: float = 1e-4
 
     def validate(self):
-        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or not 1 <= self.steps <= 4096:
+        if not is_int(self.steps, 1, 4096):
             raise EdgesmithError(f"export-nir: steps {self.steps!r} is not a whole number in 1..4096.", "use e.g. steps=32.")
         if not (isinstance(self.percentile, (int, float)) and 50 <= self.percentile <= 100):
             raise EdgesmithError(f"export-nir: percentile {self.percentile!r} is outside 50..100.",

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.common.checks import is_int
 from edgesmith.compress.base import (INIT_SUFFIX, Artifact, PassConfig, PassContext, PassReport, PassResult,
                                     register_pass)
 
@@ -150,9 +151,9 @@ class ExportStepOnnxConfig(PassConfig):
 
         if self.vq_form not in VQ_FORMS:
             self._fail("vq_form", f"is {self.vq_form!r}", f"use one of: {', '.join(VQ_FORMS)}.")
-        if self.batch is not None and (isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1):
+        if self.batch is not None and (not is_int(self.batch, 1)):
             self._fail("batch", f"is {self.batch!r}", "use a positive integer (1 for decoding) or leave it unset.")
-        if isinstance(self.opset, bool) or not isinstance(self.opset, int) or not 13 <= self.opset <= 21:
+        if not is_int(self.opset, 13, 21):
             self._fail("opset", f"is {self.opset!r}", "use an ONNX opset from 13 to 21.")
         if self.accuracy_level not in (0, 1, 2, 3, 4):
             self._fail("accuracy_level", f"is {self.accuracy_level!r}", "use 0-4 (4: int8 activations).")

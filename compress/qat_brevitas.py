@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from edgesmith.common import EdgesmithError, atomic_path, check_finite_array, seed_everything
+from edgesmith.common.checks import is_int
 from edgesmith.compress.base import (Artifact, LayerReport, PassConfig, PassContext, PassReport, PassResult,
                                     register_pass)
 from edgesmith.compress.export_onnx import INPUT_NAME, OUTPUT_NAME
@@ -61,27 +62,27 @@ class QatBrevitasConfig(PassConfig):
     def validate(self) -> None:
         for name in ("weight_bits", "act_bits"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or not 2 <= v <= 8:
+            if not is_int(v, 2, 8):
                 self._fail(name, f"is {v!r}", "use a whole number of bits from 2 to 8.")
         check_training_fields(self, "0: calibration only")
         k = self.keep_8bit
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        if not is_int(k, 0):
             self._fail("keep_8bit", f"is {k!r}", "use how many of the most sensitive layers keep 8-bit weights (0: none).")
         if self.form not in self.FORMS:
             self._fail("form", f"is {self.form!r}", f"use one of {', '.join(self.FORMS)} (ort-integer: Linear layers "
                        "as onnxruntime's integer MatMulIntegerToFloat).")
         for name, bits in dict(self.layer_bits).items():
-            if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 8:
+            if not is_int(bits, 2, 8):
                 self._fail("layer_bits", f"gives {name!r} {bits!r} bits", "use whole numbers of bits from 2 to 8.")
 
 
 def check_training_fields(config: PassConfig, zero_epochs: str) -> None:
     """The fine-tuning fields every QAT config shares: ``epochs``, ``lr``, ``batch``."""
-    if isinstance(config.epochs, bool) or not isinstance(config.epochs, int) or config.epochs < 0:
+    if not is_int(config.epochs, 0):
         config._fail("epochs", f"is {config.epochs!r}", f"use zero or more epochs ({zero_epochs}).")
     if not 0.0 < float(config.lr) < 1.0:
         config._fail("lr", f"is {config.lr!r}", "use a small positive learning rate, e.g. 1e-4.")
-    if isinstance(config.batch, bool) or not isinstance(config.batch, int) or config.batch < 1:
+    if not is_int(config.batch, 1):
         config._fail("batch", f"is {config.batch!r}", "use a batch of at least one sample.")
 
 

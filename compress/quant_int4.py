@@ -43,6 +43,7 @@ from edgesmith.compress.onnx_analysis import (
 )
 from edgesmith.compress.sensitivity import sensitivity_requested, sensitivity_table
 from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.common.checks import is_int
 
 ACCURACY_LEVELS = (0, 1, 2, 3, 4)  # 0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8 compute
 
@@ -72,7 +73,7 @@ class Int4WeightOnlyConfig(PassConfig):
 
     def validate(self) -> None:
         bs = self.block_size
-        if isinstance(bs, bool) or not isinstance(bs, int) or bs < 16 or bs & (bs - 1):
+        if not is_int(bs, 16) or bs & (bs - 1):
             self._fail("block_size", f"is {bs!r}", "use a power of two of at least 16 (32, 64, 128, ...).")
         if not isinstance(self.symmetric, bool):
             self._fail("symmetric", f"is {self.symmetric!r}", "use true or false.")
@@ -85,7 +86,7 @@ class Int4WeightOnlyConfig(PassConfig):
         for name in ("allow_empty", "gemm_as_matmul"):
             if not isinstance(getattr(self, name), bool):
                 self._fail(name, f"is {getattr(self, name)!r}", "use true or false.")
-        if isinstance(self.n_calibration, bool) or not isinstance(self.n_calibration, int) or self.n_calibration < 1:
+        if not is_int(self.n_calibration, 1):
             self._fail("n_calibration", f"is {self.n_calibration!r}", "use a whole number of samples, at least 1.")
 
 

@@ -53,6 +53,7 @@ from edgesmith.compress.onnx_analysis import (
 )
 from edgesmith.compress.sensitivity import sensitivity_requested, sensitivity_table
 from edgesmith.common import EdgesmithError, atomic_path, environment_error
+from edgesmith.common.checks import is_int
 from edgesmith.models.kinds.tensor import INT8_WEIGHT_OP_TYPES
 
 CALIBRATIONS = ("minmax", "percentile")
@@ -99,7 +100,7 @@ class Int8QdqConfig(PassConfig):
                 or not 50.0 < float(self.percentile) <= 100.0:
             self._fail("percentile", f"is {self.percentile!r}",
                        "use a number above 50 and at most 100, e.g. 99.99 (100 keeps every value).")
-        if isinstance(self.n_calibration, bool) or not isinstance(self.n_calibration, int) or self.n_calibration < 1:
+        if not is_int(self.n_calibration, 1):
             self._fail("n_calibration", f"is {self.n_calibration!r}", "use a whole number of samples, at least 1.")
         if isinstance(self.exclude, str) or not all(isinstance(n, str) for n in self.exclude):
             self._fail("exclude", f"is {self.exclude!r}", "give a list of node names, e.g. [\"/0/MatMul\"].")

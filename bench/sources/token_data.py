@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from edgesmith.bench.sources.base import UserRequest
 from edgesmith.common import EdgesmithError
+from edgesmith.common.checks import is_int
 from edgesmith.models.user_data import TensorData, read_text, token_windows
 
 SEQ_LEN, EVAL_LEN, MAX_CALIB, MAX_EVAL = 128, 256, 64, 64
@@ -28,7 +29,7 @@ def text_data(request: UserRequest, tokenizer) -> tuple[TensorData | None, objec
 
 def _window(request: UserRequest, key: str, default: int) -> int:
     value = request.take(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_int(value, 1):
         raise EdgesmithError(f"--model-option {key}={value!r} is not a window length.",
                              f"give a whole number of tokens, 1 or more (default {key}={default}).")
     return value

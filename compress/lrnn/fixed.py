@@ -32,6 +32,7 @@ import torch
 
 from edgesmith.compress.base import Artifact, PassConfig, PassContext, PassReport, PassResult, register_pass
 from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.common.checks import is_int
 from edgesmith.models.lrnn.s5 import SIG_KNOTS, S5Denoiser
 from edgesmith.models.lrnn.train import TrainConfig, train
 
@@ -248,7 +249,7 @@ class ExportLrnnFixedConfig(PassConfig):
     n_calibration: int = 32
 
     def validate(self) -> None:
-        if isinstance(self.n_calibration, bool) or not isinstance(self.n_calibration, int) or self.n_calibration < 1:
+        if not is_int(self.n_calibration, 1):
             self._fail("n_calibration", f"is {self.n_calibration!r}", "use a positive number of calibration clips.")
 
 

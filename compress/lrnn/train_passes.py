@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from edgesmith.common import EdgesmithError, cache_dir, load_or_train
+from edgesmith.common.checks import is_int
 from edgesmith.compress.base import Artifact, PassConfig, PassContext, PassReport, PassResult, register_pass
 
 
@@ -80,7 +81,7 @@ class PruneLrnnConfig(PassConfig):
     def validate(self) -> None:
         if isinstance(self.sparsity, bool) or not 0.0 < float(self.sparsity) < 1.0:
             self._fail("sparsity", f"is {self.sparsity!r}", "use a fraction in (0, 1), e.g. 0.9.")
-        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 1:
+        if not is_int(self.epochs, 1):
             self._fail("epochs", f"is {self.epochs!r}", "use at least one epoch.")
         if not 0.0 < float(self.end) <= 1.0:
             self._fail("end", f"is {self.end!r}", "use a fraction in (0, 1].")
@@ -137,7 +138,7 @@ class QatLrnnConfig(PassConfig):
     seed: int = 0
 
     def validate(self) -> None:
-        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 0:
+        if not is_int(self.epochs, 0):
             self._fail("epochs", f"is {self.epochs!r}", "use a whole number of epochs (0 skips fine-tuning).")
         if not 0.0 < float(self.lr) < 1.0:
             self._fail("lr", f"is {self.lr!r}", "use a small positive learning rate, e.g. 3e-4.")

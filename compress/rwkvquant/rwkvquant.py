@@ -40,6 +40,7 @@ from edgesmith.compress.rwkvquant.proxies import coarse_proxy, decide, fine_prox
 from edgesmith.compress.rwkvquant.rtn import rtn_quantize
 from edgesmith.compress.rwkvquant.tensors import CODEBOOK_BITS, FP16_BITS, QuantLinear, VecCodebook
 from edgesmith.common import EdgesmithError
+from edgesmith.common.checks import is_int
 
 METHODS = ("rtn", "gptq", "gptvq", "rwkvquant")
 PROXIES = ("paper", "max-rms", "oracle")
@@ -109,7 +110,7 @@ class RWKVQuantBase(PassConfig):
                 "vq_scale_bits": (2, 8)}
         for name, (lo, hi) in ints.items():
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            if not is_int(v, lo, hi):
                 self._fail(name, f"is {v!r}", f"use a whole number from {lo} to {hi}.")
         if self.bits * self.vq_dim > 12:
             self._fail("bits", f"x vq_dim = {self.bits * self.vq_dim} index bits", "keep bits*vq_dim <= 12 (4096 centroids).")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from edgesmith.models.kinds.base import Kind, KindOptions, Speed, option, register_kind
+from edgesmith.common.checks import is_int
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class StreamOptions(KindOptions):
             self._fail("prune_end", f"is {self.prune_end!r}", "use a fraction in (0, 1].")
         for name, lo in (("prune_epochs", 1), ("qat_epochs", 0)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            if not is_int(v, lo):
                 self._fail(name, f"is {v!r}", f"use a whole number of at least {lo}.")
 
 

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from edgesmith.models.kinds.base import Kind, KindOptions, option, register_kind
+from edgesmith.common.checks import is_int
 
 CALIBRATIONS = ("minmax", "percentile")
 # int8's default operator types: the layers that hold weights (embedding Gathers included). onnxruntime's full set also
@@ -37,7 +38,7 @@ class TensorOptions(KindOptions):
                 or not 90.0 <= float(self.percentile) <= 100.0:
             self._fail("percentile", f"is {self.percentile!r}", "use a number from 90 to 100, e.g. 99.99.")
         b = self.int4_block_size
-        if isinstance(b, bool) or not isinstance(b, int) or b < 16 or b > 256 or b & (b - 1):
+        if not is_int(b, 16) or b > 256 or b & (b - 1):
             self._fail("int4_block_size", f"is {b!r}", "use a power of two from 16 to 256.")
         if not isinstance(self.int4_gemm, bool):
             self._fail("int4_gemm", f"is {self.int4_gemm!r}", "use true or false.")
@@ -51,10 +52,10 @@ class TensorOptions(KindOptions):
             self._fail("int8_op_types", f"is {list(self.int8_op_types)!r}",
                        "use auto alone (it chooses between the weight layers and every type), or list operator types.")
         q = self.qat_epochs
-        if isinstance(q, bool) or not isinstance(q, int) or q < 0:
+        if not is_int(q, 0):
             self._fail("qat_epochs", f"is {q!r}", "use a whole number of epochs, 0 for no QAT variants.")
         k = self.qat_keep_8bit
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        if not is_int(k, 0):
             self._fail("qat_keep_8bit", f"is {k!r}", "use a whole number of layers, 0 to quantize every layer to 4 bits.")
         s = self.prune_sparsity
         if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0.0 <= float(s) < 1.0:

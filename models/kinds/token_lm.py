@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from edgesmith.models.kinds.base import Kind, KindOptions, Speed, option, register_kind
+from edgesmith.common.checks import is_int
 
 METHODS = ("rwkv-rtn", "rwkv-gptq", "rwkv-gptvq", "rwkvquant")
 DECODERS = ("onnxruntime", "rwkv-c")
@@ -41,7 +42,7 @@ class TokenLmOptions(KindOptions):
         if not bits or any(isinstance(b, bool) or b not in (2, 3, 4, 5, 6, 8) for b in bits):
             self._fail("bits", f"is {list(bits)!r}", "use code bits such as 3 and 4.")
         g = self.group_size
-        if isinstance(g, bool) or not isinstance(g, int) or g < 16 or g & (g - 1):
+        if not is_int(g, 16) or g & (g - 1):
             self._fail("group_size", f"is {g!r}", "use a power of two of at least 16, e.g. 64.")
         p = self.sq_percentile
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 100:
@@ -49,7 +50,7 @@ class TokenLmOptions(KindOptions):
         if self.proxy not in PROXIES:
             self._fail("proxy", f"is {self.proxy!r}", f"use one of {', '.join(PROXIES)}.")
         b = self.vq_scale_block
-        if isinstance(b, bool) or not isinstance(b, int) or b < 0 or b % 2 or b > 4096:
+        if not is_int(b, 0) or b % 2 or b > 4096:
             self._fail("vq_scale_block", f"is {b!r}", "use an even number of columns up to 4096, e.g. 32, or 0 (off).")
         decoders = tuple(self.decoders)
         if not decoders or any(d not in DECODERS for d in decoders) or len(set(decoders)) != len(decoders):

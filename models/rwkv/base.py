@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgesmith.common import Config, EdgesmithError
+from edgesmith.common.checks import is_int
 
 VERSIONS = (6, 7)
 LN_X_EPS = 64e-5  # 1e-5 * head_size_divisor**2 with the official divisor 8
@@ -55,7 +56,7 @@ class RWKVConfig(Config):
             self._fail("version", f"is {self.version!r}", "use 6 or 7.")
         for name in ("n_layer", "n_embd", "head_size", "vocab_size"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            if not is_int(v, 1):
                 self._fail(name, f"is {v!r}", "use a positive whole number.")
         if self.n_embd % self.head_size:
             self._fail("n_embd", f"({self.n_embd}) is not a multiple of head_size ({self.head_size})",
@@ -63,7 +64,7 @@ class RWKVConfig(Config):
         for f in dataclasses.fields(self):
             if f.name.startswith("d") and f.name != "version":
                 v = getattr(self, f.name)
-                if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                if not is_int(v, 0):
                     self._fail(f.name, f"is {v!r}", "use 0 (official default) or a positive whole number.")
 
     def _fill_defaults(self) -> None:

@@ -17,6 +17,7 @@ import torch
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
 from edgesmith.common import EdgesmithError
+from edgesmith.common.checks import is_int
 from edgesmith.models.rwkv.checkpoint import load_rwkv, save_rwkv
 from edgesmith.models.rwkv.data import load_splits, load_validation, sequences
 from edgesmith.models.rwkv.train import SIZES, TrainSettings, reference_paths, train, window_nll
@@ -47,7 +48,7 @@ class RWKVReference(Producer):
 
     def build(self) -> "RWKVReference":
         n = self.eval_sequences
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if not is_int(n, 1):
             raise EdgesmithError(f"eval_sequences is {n!r}.", "use a whole number of windows >= 1 (default 64).")
         if not isinstance(self.validation, bool):
             raise EdgesmithError(f"validation is {self.validation!r}.", "use true or false.")
@@ -81,7 +82,7 @@ class RWKVReference(Producer):
         that no score or choice has read, for a second, larger test of a ranking seen on the evaluation."""
         every = sequences(self._splits().eval, self.eval_seq_len + 1)
         free = len(every) - self.eval_sequences
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= free:
+        if not is_int(n, 1, free):
             raise EdgesmithError(f"{n!r} held-out windows asked for; the evaluation split has {max(free, 0)} past the "
                                  f"{self.eval_sequences} that evaluate reads.", f"ask for 1 to {max(free, 0)}.")
         return every[self.eval_sequences: self.eval_sequences + n]

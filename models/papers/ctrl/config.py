@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from edgesmith.common import Config
+from edgesmith.common.checks import is_int
 
 
 @dataclass(frozen=True)
@@ -32,11 +33,11 @@ class CtrlConfig(Config):
     def validate(self) -> None:
         for name in ("hidden", "n_sft", "sft_epochs", "batch", "n_test"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            if not is_int(v, 1):
                 self._fail(name, f"is {v!r}", "use a whole number of at least 1.")
-        if isinstance(self.grpo_iters, bool) or not isinstance(self.grpo_iters, int) or self.grpo_iters < 0:
+        if not is_int(self.grpo_iters, 0):
             self._fail("grpo_iters", f"is {self.grpo_iters!r}", "use 0 (SFT only) or more iterations.")
-        if isinstance(self.group, bool) or not isinstance(self.group, int) or self.group < 2:
+        if not is_int(self.group, 2):
             self._fail("group", f"is {self.group!r}", "use at least 2 critiques per group: advantages compare them.")
         for name in ("sft_lr", "grpo_lr"):
             if not getattr(self, name) > 0:

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 from edgesmith.common import Config
+from edgesmith.common.checks import is_int
 
 FINETUNE_MODES = ("eq", "plain", "none")
 
@@ -42,7 +43,7 @@ class ShapesConfig(_Config):
     def validate(self) -> None:
         for name in ("n_train", "n_test", "max_shapes"):
             self._number(name, integer=True)
-        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 16 or self.size % 4:
+        if not is_int(self.size, 16) or self.size % 4:
             self._fail("size", f"is {self.size!r}", "use a multiple of 4 of at least 16 (the encoder downsamples by 4).")
 
 

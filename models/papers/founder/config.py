@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from edgesmith.common import Config
+from edgesmith.common.checks import is_int
 
 REWARDS = ("temporal", "cosine")
 
@@ -11,7 +12,7 @@ REWARDS = ("temporal", "cosine")
 def _positive_ints(cfg, names) -> None:
     for name in names:
         v = getattr(cfg, name)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        if not is_int(v, 1):
             cfg._fail(name, f"is {v!r}", "use a positive integer.")
 
 
@@ -38,7 +39,7 @@ class FounderConfig(Config):
     def validate(self) -> None:
         _positive_ints(self, ("emb_dim", "n_traj", "h_dim", "s_dim", "hidden", "wm_steps", "map_steps",
                               "td_steps", "batch", "td_batch"))
-        if isinstance(self.traj_len, bool) or not isinstance(self.traj_len, int) or self.traj_len < 2:
+        if not is_int(self.traj_len, 2):
             self._fail("traj_len", f"is {self.traj_len!r}", "use at least 2 steps per trajectory.")
         if not 0.0 <= self.neg_frac < 1.0:
             self._fail("neg_frac", f"is {self.neg_frac!r}", "use a fraction in [0, 1).")

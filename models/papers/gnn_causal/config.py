@@ -4,11 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from edgesmith.common import Config
+from edgesmith.common.checks import is_int
 
 
 def _positive_int(cfg: Config, name: str, minimum: int = 1) -> None:
     v = getattr(cfg, name)
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+    if not is_int(v, minimum):
         cfg._fail(name, f"is {v!r}", f"use a whole number of at least {minimum}.")
 
 
@@ -34,7 +35,7 @@ class DataConfig(Config):
         _positive_int(self, "n_train")
         _positive_int(self, "n_test")
         _positive_int(self, "min_nodes", 2)
-        if isinstance(self.max_nodes, bool) or not isinstance(self.max_nodes, int) or self.max_nodes < self.min_nodes:
+        if not is_int(self.max_nodes, self.min_nodes):
             self._fail("max_nodes", f"is {self.max_nodes!r} with min_nodes {self.min_nodes}",
                        "use max_nodes >= min_nodes.")
         _positive_int(self, "text_len", 6)

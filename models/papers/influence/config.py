@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from edgesmith.common import Config
+from edgesmith.common.checks import is_int
 
 
 class _Config(Config):
@@ -40,7 +41,7 @@ class NoiseDataConfig(_Config):
     def validate(self) -> None:
         for name in ("d", "n_train", "n_test"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 2:
+            if not is_int(v, 2):
                 self._fail(name, f"is {v!r}", "use a whole number of at least 2.")
         if self.d % 2:
             self._fail("d", f"is {self.d}, an odd number",
@@ -69,7 +70,7 @@ class CnnConfig(_Config):
     def validate(self) -> None:
         for name in ("m", "steps"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            if not is_int(v, 1):
                 self._fail(name, f"is {v!r}", "use a whole number of at least 1.")
         if not isinstance(self.q, (int, float)) or isinstance(self.q, bool) or self.q < 1:
             self._fail("q", f"is {self.q!r}", "use an exponent of at least 1 (1 is plain ReLU).")

@@ -28,6 +28,7 @@ from functools import cached_property
 import numpy as np
 
 from edgesmith.common import Config, EdgesmithError
+from edgesmith.common.checks import is_int
 
 PAD = 0
 MASK = 1
@@ -66,11 +67,11 @@ class OntologyConfig(Config):
         for name in ("n_chapters", "groups_per_chapter", "codes_per_group", "desc_len", "node_feat_dim",
                      "seq_len", "n_train", "n_test", "n_risk_groups"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            if not is_int(v, 1):
                 self._fail(name, f"is {v!r}", f"use a positive whole number for {name}.")
         for name in ("n_cooc_edges", "n_siblings", "n_cooc"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            if not is_int(v, 0):
                 self._fail(name, f"is {v!r}", f"use a whole number >= 0 for {name}.")
         if self.desc_len < 4:
             self._fail("desc_len", f"is {self.desc_len}", "use at least 4 description tokens.")

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 from edgesmith.common import Config
+from edgesmith.common.checks import is_int
 
 SIGMA_SAMPLERS = ("karras", "lognormal")
 
@@ -68,7 +69,7 @@ class NetConfig(_Config):
         self._positive("sigma_data")
         if isinstance(self.gamma, bool) or not isinstance(self.gamma, (int, float)) or not self.gamma >= 0:
             self._fail("gamma", f"is {self.gamma!r}", "use 0 (deterministic generator) or a positive number, e.g. 0.414.")
-        if isinstance(self.n_freqs, bool) or not isinstance(self.n_freqs, int) or self.n_freqs < 0:
+        if not is_int(self.n_freqs, 0):
             self._fail("n_freqs", f"is {self.n_freqs!r}", "use a whole number of Fourier frequencies, 0 or more.")
 
 
@@ -111,7 +112,7 @@ class TrainConfig(_Config):
             self._positive(name, integer=True)
         for name in ("init_steps", "warmup_fake_steps"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            if not is_int(v, 0):
                 self._fail(name, f"is {v!r}", "use a whole number, 0 or more.")
         for name in ("lr_generator", "lr_fake", "sigma_min", "sigma_max"):
             self._positive(name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 from edgesmith.common import Config as BaseConfig
+from edgesmith.common.checks import is_int
 
 
 class Config(BaseConfig):
@@ -11,7 +12,7 @@ class Config(BaseConfig):
 
     def _need_int(self, name: str, lo: int, hi: int | None = None) -> None:
         v = getattr(self, name)
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+        if not is_int(v, lo) or (hi is not None and v > hi):
             upper = f" to {hi}." if hi is not None else " up."
             self._fail(name, f"is {v!r}", f"use a whole number from {lo}{upper}")
 

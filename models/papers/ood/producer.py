@@ -22,6 +22,7 @@ from torch import nn
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
 from edgesmith.common import EdgesmithError, cache_dir, module_cached, seed_everything
+from edgesmith.common.checks import is_int
 from edgesmith.models.papers.ood.config import Config
 from edgesmith.models.papers.ood.data import OOD_SETS, GaussConfig, make_splits
 from edgesmith.models.papers.ood.scores import SCORES, all_scores, auroc, fit_mahalanobis, oracle_probe_auroc
@@ -35,7 +36,7 @@ class MLPConfig(Config):
     batch: int = 64
 
     def validate(self) -> None:
-        if not self.hidden or any(isinstance(h, bool) or not isinstance(h, int) or h < 2 for h in self.hidden):
+        if not self.hidden or any(not is_int(h, 2) for h in self.hidden):
             self._fail("hidden", f"is {self.hidden!r}", "give one or more layer widths of at least 2, e.g. (64, 64).")
         self._need_int("epochs", 1)
         self._need_int("batch", 1)

@@ -26,6 +26,7 @@ import torch
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
 from edgesmith.common import Config, EdgesmithError, cache_dir, load_or_train
+from edgesmith.common.checks import is_int
 from edgesmith.models.papers.scaling.distill import GATINGS, ScaledOut, class_groups, fit, group_logits, kd_loss, mlp
 
 N_IN, N_CLASSES = 64, 10
@@ -49,7 +50,7 @@ class ScalingConfig(Config):
     def validate(self) -> None:
         for name in ("teacher_width", "width", "router_width", "teacher_epochs", "epochs"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            if not is_int(v, 1):
                 self._fail(name, f"is {v!r}", "use a positive integer.")
         if not self.lr > 0:
             self._fail("lr", f"is {self.lr!r}", "use a positive learning rate such as 3e-3.")
@@ -57,7 +58,7 @@ class ScalingConfig(Config):
             self._fail("temperature", f"is {self.temperature!r}", "use a positive temperature (4 is usual).")
         if not 0.0 <= self.alpha <= 1.0:
             self._fail("alpha", f"is {self.alpha!r}", "use a weight between 0 (labels only) and 1 (teacher only).")
-        if isinstance(self.n_experts, bool) or not isinstance(self.n_experts, int) or not 2 <= self.n_experts <= N_CLASSES:
+        if not is_int(self.n_experts, 2, N_CLASSES):
             self._fail("n_experts", f"is {self.n_experts!r}", f"use 2 to {N_CLASSES} specialists.")
         if self.gating not in GATINGS:
             self._fail("gating", f"is {self.gating!r}", f"use one of: {', '.join(GATINGS)}.")

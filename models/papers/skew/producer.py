@@ -22,6 +22,7 @@ import torch
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
 from edgesmith.common import Config, EdgesmithError, cache_dir, load_or_train
+from edgesmith.common.checks import is_int
 from edgesmith.models.papers.skew.model import SpectrumClassifier, train_classifier
 from edgesmith.models.papers.skew.patterns import patterns
 
@@ -45,7 +46,7 @@ class SkewConfig(Config):
             self._fail("k", f"is {self.k!r}", "use a spectrum order of 2, 3 or 4.")
         for name in ("hidden", "epochs"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            if not is_int(v, 1):
                 self._fail(name, f"is {v!r}", f"use a positive whole number for {name}.")
         if not (isinstance(self.lr, (int, float)) and 0 < self.lr < 1):
             self._fail("lr", f"is {self.lr!r}", "use a learning rate between 0 and 1 (1e-2 is the default).")
