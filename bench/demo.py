@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from edgesmith.bench.recipe import deploy_options, load_recipe
+from edgesmith.bench.report.schema import DeployReport
 from edgesmith.bench.report.writers import _fmt_j, _fmt_s
 from edgesmith.common import EdgesmithError, atomic_path, check_output, write_json
 
@@ -45,55 +46,54 @@ def run_demo(recipe_path: Path, out: Path, *, force: bool = False, progress: boo
             opts.out = tmp / folder
             opts.force = False
             deploy(opts)
-            summary.append(json.loads((opts.out / "report.json").read_text()))
+            summary.append(DeployReport.load(opts.out / "report.json"))
         write_json(tmp / "summary.json", [_summary_rows(r) for r in summary])
         (tmp / "summary.md").write_text(render_summary(summary))
     return out
 
 
-def _summary_rows(report: dict) -> dict:
+def _summary_rows(report: DeployReport) -> dict:
     return {
-        "model": report["model"],
-        "kind": report["kind"]["name"],
-        "target": report["target"]["name"],
-        "reference": report["reference"]["evaluation"],
+        "model": report.model,
+        "kind": report.kind_name,
+        "target": report.target_name,
+        "reference": report.reference.evaluation.to_dict(),
         "rows": [{
-            "variant": r["variant"], "runtime": r["runtime_label"], "metric": r["evaluation"]["value"],
-            "size_bytes": r["size_bytes"],
-            "latency": {b: {"p50": e["p50"], "provenance": e["provenance"]} for b, e in r["latency"].items()},
-            "speed": r.get("speed", {}),
-            "energy_j_per_unit": r["energy"].get("energy_j_per_sample"), "energy_per": report["unit"],
-            "energy_provenance": r["energy"]["provenance"],
-        } for r in report["results"]],
+            "variant": r.variant, "runtime": r.runtime_label, "metric": r.evaluation.value,
+            "size_bytes": r.size_bytes,
+            "latency": {str(b): {"p50": t.p50, "provenance": t.provenance} for b, t in r.latency.items()},
+            "speed": {str(b): s.to_dict() for b, s in r.speed.items()},
+            "energy_j_per_unit": r.energy_j_per_unit, "energy_per": report.unit,
+            "energy_provenance": r.energy_provenance,
+        } for r in report.results],
     }
 
 
-def render_summary(reports: list[dict]) -> str:
+def render_summary(reports: list[DeployReport]) -> str:
     lines = ["# edgesmith demo", "",
              "Each row: one compressed variant in one runtime. Latency and energy carry their provenance: "
              "`measured` on this machine, or `estimated` from the target's cost model (coefficients and sources in "
              "each report). Speed is the model kind's figure (samples/s, tokens/s, real-time factor).", ""]
     for rep in reports:
-        ref = rep["reference"]["evaluation"]
-        batches = rep["batch_sizes"]
-        folder = f"{rep['model']}-{rep['target']['name']}"
+        ref = rep.reference.evaluation
+        batches = rep.batch_sizes
+        folder = f"{rep.model}-{rep.target_name}"
         # the model's size and the data it was scored on, so two rows of one model never read as the same thing
-        given = (rep.get("options") or {}).get("model_options") or {}
+        given = rep.model_options
         size = f" [{', '.join(f'{k}={json.dumps(v)}' for k, v in given.items())}]" if given else ""
-        on = f" on {ref['n_samples']} samples" if ref.get("n_samples") else ""
-        lines += [f"## {rep['model']}{size} ({rep['kind']['name']}) on {rep['target']['name']}", "",
-                  f"reference ({rep['reference']['runtime']}) {ref['metric']} = {ref['value']:.4f}{on}. Full report: "
+        on = f" on {ref.n_samples} samples" if ref.n_samples else ""
+        lines += [f"## {rep.model}{size} ({rep.kind_name}) on {rep.target_name}", "",
+                  f"reference ({rep.reference.runtime}) {ref.metric} = {ref.value:.4f}{on}. Full report: "
                   f"[{folder}/report.md]({folder}/report.md)", "",
-                  f"| variant | runtime | {ref['metric']} | size | " + " | ".join(f"p50 b={b}" for b in batches)
-                  + f" | speed b={batches[0]} | energy/{rep['unit']} |", "|" + "---|" * (6 + len(batches))]
-        for r in rep["results"]:
-            lat = [f"{_fmt_s(r['latency'][str(b)]['p50'])} ({r['latency'][str(b)]['provenance']})" for b in batches]
-            sp = r.get("speed", {}).get(str(batches[0]))
-            e = r["energy"]
-            lines.append(f"| {r['variant']} | {r['runtime_label']} | {r['evaluation']['value']:.4f} | "
-                         f"{r['size_bytes'] / 1024:.1f} KiB | " + " | ".join(lat)
-                         + (f" | {sp['value']:.4g} {sp['unit']}" if sp else " | -")
-                         + f" | {_fmt_j(e.get('energy_j_per_sample'))} ({e['provenance']}) |")
+                  f"| variant | runtime | {ref.metric} | size | " + " | ".join(f"p50 b={b}" for b in batches)
+                  + f" | speed b={batches[0]} | energy/{rep.unit} |", "|" + "---|" * (6 + len(batches))]
+        for r in rep.results:
+            lat = [f"{_fmt_s(r.latency[b].p50)} ({r.latency[b].provenance})" for b in batches]
+            sp = r.speed.get(batches[0])
+            lines.append(f"| {r.variant} | {r.runtime_label} | {r.evaluation.value:.4f} | "
+                         f"{r.size_bytes / 1024:.1f} KiB | " + " | ".join(lat)
+                         + (f" | {sp.value:.4g} {sp.unit}" if sp else " | -")
+                         + f" | {_fmt_j(r.energy_j_per_unit)} ({r.energy_provenance}) |")
         lines.append("")
         ratios = _int8_ratios(rep)
         if ratios:
@@ -104,14 +104,13 @@ def render_summary(reports: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _int8_ratios(report: dict) -> dict:
-    rows = {(r["variant"], r["runtime"]): r for r in report["results"]}
-    fp32, int8 = rows.get(("fp32", "onnxruntime")), rows.get(("int8", "onnxruntime"))
+def _int8_ratios(report: DeployReport) -> dict:
+    fp32, int8 = report.row("fp32", "onnxruntime"), report.row("int8", "onnxruntime")
     if not fp32 or not int8:
         return {}
     out = {}
-    for b in report["batch_sizes"]:
-        a, q = fp32["latency"].get(str(b)), int8["latency"].get(str(b))
-        if a and q and a["provenance"] == q["provenance"] == "measured":
-            out[b] = q["p50"] / a["p50"]
+    for b in report.batch_sizes:
+        a, q = fp32.latency.get(b), int8.latency.get(b)
+        if a and q and a.provenance == q.provenance == "measured":
+            out[b] = q.p50 / a.p50
     return out

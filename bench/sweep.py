@@ -42,6 +42,7 @@ from pathlib import Path
 from edgesmith import __version__
 from edgesmith.bench.recipe import INPUT_PATHS, anchored, check_deploy_table, deploy_options, merged, read_toml
 from edgesmith.common import EdgesmithError, Interrupted, atomic_path, check_output_path, scratch_dir, write_json
+from edgesmith.common.checks import is_int
 
 SWEEP = {"out": str, "workers": int, "threads_per_cell": int}
 MARKER = ".edgesmith-sweep"
@@ -237,6 +238,7 @@ def run_cell(spec: dict, folder: str, threads: int) -> dict:
     """Deploy one cell into ``folder`` (a process pool worker or a Ray task); returns its summary and report."""
     from edgesmith.bench.demo import _summary_rows
     from edgesmith.bench.pipeline.deploy import deploy
+    from edgesmith.bench.report.schema import DeployReport
 
     _limit_threads(threads)
     opts = deploy_options(argparse.Namespace(quiet=True), spec, {"out": folder, "force": True})
@@ -244,7 +246,7 @@ def run_cell(spec: dict, folder: str, threads: int) -> dict:
     deploy(opts)
     wall = time.perf_counter() - t0
     report = json.loads((Path(folder) / "report.json").read_text())
-    return {"summary": _summary_rows(report), "wall_s": wall, "host": os.uname().nodename, "pid": os.getpid(),
+    return {"summary": _summary_rows(DeployReport.from_dict(report)), "wall_s": wall, "host": os.uname().nodename, "pid": os.getpid(),
             "report_md": (Path(folder) / "report.md").read_text(), "report": report}
 
 
@@ -318,7 +320,7 @@ def run_sweep(recipe: str | os.PathLike, out: str | os.PathLike | None = None, *
     out = Path(out or settings.get("out") or f"runs/sweeps/{Path(recipe).stem}")
     cores = os.cpu_count() or 1
     workers = workers if workers is not None else settings.get("workers", 0)
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+    if not is_int(workers, 0):
         raise EdgesmithError(f"workers is {workers!r}.", "use a whole number >= 0 (0: one per core).")
     workers = workers or cores
     threads = threads_per_cell(settings)
