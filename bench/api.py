@@ -493,8 +493,8 @@ def onnx_artifact(path: Path):
 def denoise(inp: str | os.PathLike, out: str | os.PathLike, *, variant: str = "dense", runtime: str | None = None,
             downmix: bool = False, model: str | None = None, force: bool = False, seed: int = 0,
             model_options: dict | None = None, progress: bool = False) -> list[dict]:
-    """Enhance a WAV file or a folder of them (``bench/pipeline/denoise.py``); returns one record per file written."""
-    from edgesmith.bench.pipeline.denoise import denoise as _denoise
+    """Enhance a WAV file or a folder of them (``bench/apps/denoise.py``); returns one record per file written."""
+    from edgesmith.bench.apps.denoise import denoise as _denoise
 
     inp, out = _out(inp, "inp"), _out(out)
     return _denoise(inp, out, model=model, variant=variant, runtime=runtime, downmix=downmix, force=force,

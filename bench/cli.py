@@ -115,21 +115,6 @@ def cmd_export(args) -> int:
     return 0
 
 
-def cmd_denoise(args) -> int:
-    from edgesmith.bench.pipeline.denoise import denoise
-
-    done = denoise(args.input, args.out, model=args.model, variant=args.variant, runtime=args.runtime,
-                   downmix=args.downmix, force=args.force, seed=args.seed,
-                   model_options=parse_key_values(args.model_option, "--model-option"),
-                   progress=not args.quiet)
-    for d in done:
-        print(f"wrote {d['out']} ({d['channels']} channel(s), {d['samples']} samples at {d['rate']} Hz"
-              + (", resampled for the model and back" if d["resampled"] else "")
-              + (f", scaled {d['gain_db']:.1f} dB to stay under full scale" if d["gain_db"] < 0 else "")
-              + f"; {d['variant']} in {d['runtime']}, real-time factor {d['rtf']:.3f}, model alone {d['rtf_model']:.3f})")
-    return 0
-
-
 def cmd_quantize(args) -> int:
     # a model file other than ONNX reads its data files through its own source (text for an RWKV checkpoint)
     user_file = api.is_model_file(args.model)
@@ -351,24 +336,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("denoise", help="enhance a WAV file or a folder of them with an audio model (any rate, "
-                                        "channels and length)")
-    p.add_argument("input", help="a .wav file or a folder of .wav files")
-    p.add_argument("--out", required=True, help="the output .wav (a folder for a folder)")
-    p.add_argument("--variant", default="dense", choices=["dense", "sparse", "fixed"],
-                   help="dense float, 90%% sparse float, or the w8a16 fixed-point network")
-    p.add_argument("--runtime", choices=["torch", "onnxruntime", "lrnn-ref", "lava"],
-                   help="dense/sparse: torch (default, whole clip) or onnxruntime (exported streaming step, frame by "
-                        "frame); fixed: lrnn-ref (default, Numba) or lava (Lava's Loihi 2 simulator, slow)")
-    p.add_argument("--downmix", action="store_true", help="average the channels and write mono (default: each "
-                   "channel denoised on its own)")
-    p.add_argument("--model", help="the audio producer (default: the only one registered)")
-    p.add_argument("--model-option", dest="model_option", action="append", metavar="KEY=VALUE")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--force", action="store_true")
-    p.add_argument("--quiet", action="store_true")
-    p.set_defaults(func=cmd_denoise)
-
     p = sub.add_parser("quantize", help="apply one compression pass to a producer's model or a model file")
     p.add_argument("model", help="a model name (see `edgesmith models`), an .onnx file, or another model file "
                                  "deploy reads (an RWKV .pth, file.py:factory, ...)")
@@ -445,6 +412,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fresh MetaSchedule trials for TVM (default 0: shipped tuning records only)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_demo)
+
+    from edgesmith.bench.apps import APPS  # each app adds its own command (bench/apps/)
+
+    for name in APPS.names():
+        app = APPS.get(name)
+        p = sub.add_parser(app.name, help=app.help)
+        app.add_arguments(p)
+        p.set_defaults(func=app.run)
     return ap
 
 

@@ -1,2 +1,1 @@
-"""The deploy pipeline: a model and a target in, compressed variants, measurements and a report out (``deploy``), and
-the WAV app built on a deployed stream model (``denoise``)."""
+"""The deploy pipeline: a model and a target in, compressed variants, measurements and a report out (``deploy``)."""

@@ -5,7 +5,7 @@
 
 The held-out set is the producer's test split (``models/lrnn/data.py``): accents, voice variants and words
 never used in training, and noise drawn anew. Each (variant, runtime) pair is the one ``edgesmith denoise``
-uses (``bench/pipeline/denoise.mask_function``, the host-cpu plan's passes on the shipped weights): dense and 90%
+uses (``bench/apps/denoise.mask_function``, the host-cpu plan's passes on the shipped weights): dense and 90%
 sparse float in torch (whole clip) and in onnxruntime (the exported streaming step, frame by frame, state
 carried), the w8a16 fixed-point network in its Numba twin (lrnn-ref) and in Lava (the first ``lava_clips``
 clips, checked bit for bit against lrnn-ref). Every clip runs alone (batch 1), so the model's real-time
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgesmith.bench.pipeline.denoise import mask_function
+from edgesmith.bench.apps.denoise import mask_function
 from edgesmith.common import EdgesmithError, atomic_path, write_json
 from edgesmith.models import get_producer
 from edgesmith.models.lrnn.data import HOP, NOISES, SR, apply_mask, features, istft, si_snr, stft, stoi

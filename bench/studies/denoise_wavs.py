@@ -30,7 +30,7 @@ PAIRS = (("dense", "torch"), ("dense", "onnxruntime"), ("sparse", "torch"), ("fi
 
 def make_files(folder: Path) -> dict[str, np.ndarray]:
     """The WAV files in ``folder``; returns their clean twins, (samples, channels) at each file's rate."""
-    from edgesmith.bench.pipeline.denoise import _to_dtype, _write_wav
+    from edgesmith.bench.apps.denoise import _to_dtype, _write_wav
     from edgesmith.models import get_producer
     from edgesmith.models.lrnn.audio import resample
 
@@ -53,7 +53,7 @@ def _si_snr(y: np.ndarray, ref: np.ndarray) -> float:
 
 
 def run(lava: bool = False, log=print) -> dict:
-    from edgesmith.bench.pipeline.denoise import denoise
+    from edgesmith.bench.apps.denoise import denoise
     from edgesmith.models.lrnn.audio import read_pcm
 
     rows = []

@@ -328,7 +328,7 @@ def test_denoise_reads_an_upper_case_extension_in_a_folder(tmp_path):
 
 
 def test_long_audio_is_enhanced_in_bounded_cross_faded_segments():
-    from edgesmith.bench.pipeline.denoise import _in_segments
+    from edgesmith.bench.apps.denoise import _in_segments
 
     x = np.random.default_rng(0).normal(size=10_000)
     seen = []

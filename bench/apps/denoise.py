@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from edgesmith.bench.apps import App, register_app
 from edgesmith.common import EdgesmithError, atomic_path, check_output, scratch_dir
 
 VARIANTS = {"dense": "dense", "sparse": "sparse", "fixed": "sparse-fixed"}
@@ -234,3 +235,42 @@ def denoise(inp, out, *, model: str | None = None, variant: str = "dense", runti
         for f, t in tqdm(list(zip(files, targets)), desc="denoise", unit="file", disable=not progress or len(files) < 2):
             done.append({**denoise_file(producer, mask_fn, f, t, force=force, downmix=downmix), "variant": variant, "runtime": runtime})
     return done
+
+
+# --- the command: `edgesmith denoise IN --out OUT` ----------------------------------------------------------
+
+def _add_arguments(p) -> None:
+    p.add_argument("input", help="a .wav file or a folder of .wav files")
+    p.add_argument("--out", required=True, help="the output .wav (a folder for a folder)")
+    p.add_argument("--variant", default="dense", choices=list(VARIANTS),
+                   help="dense float, 90%% sparse float, or the w8a16 fixed-point network")
+    p.add_argument("--runtime", choices=sorted({r for rts in RUNTIMES.values() for r in rts}, key=RUNTIME_ORDER.index),
+                   help="dense/sparse: torch (default, whole clip) or onnxruntime (exported streaming step, frame by "
+                        "frame); fixed: lrnn-ref (default, Numba) or lava (Lava's Loihi 2 simulator, slow)")
+    p.add_argument("--downmix", action="store_true", help="average the channels and write mono (default: each "
+                   "channel denoised on its own)")
+    p.add_argument("--model", help="the audio producer (default: the only one registered)")
+    p.add_argument("--model-option", dest="model_option", action="append", metavar="KEY=VALUE")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force", action="store_true")
+    p.add_argument("--quiet", action="store_true")
+
+
+def _run(args) -> int:
+    from edgesmith.bench import api
+    from edgesmith.bench.cli import parse_key_values
+
+    done = api.denoise(args.input, args.out, model=args.model, variant=args.variant, runtime=args.runtime,
+                       downmix=args.downmix, force=args.force, seed=args.seed,
+                       model_options=parse_key_values(args.model_option, "--model-option"), progress=not args.quiet)
+    for d in done:
+        print(f"wrote {d['out']} ({d['channels']} channel(s), {d['samples']} samples at {d['rate']} Hz"
+              + (", resampled for the model and back" if d["resampled"] else "")
+              + (f", scaled {d['gain_db']:.1f} dB to stay under full scale" if d["gain_db"] < 0 else "")
+              + f"; {d['variant']} in {d['runtime']}, real-time factor {d['rtf']:.3f}, model alone {d['rtf_model']:.3f})")
+    return 0
+
+
+RUNTIME_ORDER = ["torch", "onnxruntime", "lrnn-ref", "lava"]
+register_app(App("denoise", "enhance a WAV file or a folder of them with an audio model (any rate, channels and length)",
+                 _add_arguments, _run))

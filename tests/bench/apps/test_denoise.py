@@ -6,7 +6,7 @@ import pytest
 from scipy.io import wavfile
 
 from cli_helpers import assert_user_error, run_cli
-from edgesmith.bench.pipeline.denoise import denoise
+from edgesmith.bench.apps.denoise import denoise
 from edgesmith.models import get_producer
 from edgesmith.models.lrnn.train import torch_mask_fn
 
@@ -108,7 +108,7 @@ def test_the_fixed_network_in_lava_writes_the_lrnn_ref_audio(noisy, tmp_path):
 
 def test_a_mask_that_raises_the_level_is_scaled_under_full_scale_not_clipped(tmp_path):
     # the denoiser's loss is scale-invariant, so nothing stops its mask from doubling a loud file's level
-    from edgesmith.bench.pipeline.denoise import denoise_file
+    from edgesmith.bench.apps.denoise import denoise_file
 
     p = get_producer("lrnn-denoiser", tiny=True).build()
     x = p.splits()["test"].noisy[0]
