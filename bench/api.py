@@ -183,60 +183,47 @@ def _check_out(*paths: Path, force: bool) -> None:
         check_output(p, force=force, folder=False)
 
 
-PTH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
-
-
 def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed: int = 0,
            model_options: dict | None = None, force: bool = False, dtype: str | None = None,
            options: dict | None = None, input_shapes: dict | None = None, input_types: dict | None = None,
            example_data: str | os.PathLike | None = None, trust_model_file: bool = False) -> Path:
-    """Write ``model`` with its kind's export pass (ONNX: a graph, a step graph or a tree ensemble; ``options``
-    go to that pass's config, e.g. ``{"batch": 1, "vq_form": "int8"}`` for a token-lm decode graph); an RWKV model
-    to ``out.rwkvc.npz`` with ``export-rwkv-c`` (the C decoder's file, ``{"weights": "int4"}`` to round fp32
-    linears to 4 bits); an RWKV model
-    (a producer, an official checkpoint, an edgesmith quantized one) to ``out.pth`` becomes an official-layout
-    checkpoint in ``dtype`` (fp16, the default, bf16, fp32), quantized weights dequantized, that BlinkDL's ``rwkv``
-    package loads. A setting the chosen output would ignore (``dtype`` for ONNX, ``options`` for .pth) is refused.
+    """Write ``model`` to ``out`` with the pass of the format its name says (``compress.formats``: ``.rwkvc.npz`` the
+    C decoder's arrays, ``.pth`` an official-layout RWKV checkpoint that BlinkDL's ``rwkv`` package loads, quantized
+    weights dequantized), else with its kind's export (ONNX: a graph, a step graph or a tree ensemble). ``options`` go
+    to that pass's config, e.g. ``{"batch": 1, "vq_form": "int8"}`` for a token-lm decode graph or ``{"weights":
+    "int4"}`` for the C decoder; ``opset`` and ``dtype`` (fp16, the default, bf16 or fp32 for a .pth) are two of them
+    with flags of their own. A setting the chosen pass does not take is refused, naming those it does.
     ``input_shapes`` / ``input_types``: the example inputs that a torch model is traced with, as ``deploy`` takes them;
     ``example_data`` (.npy / .npz / a folder of them): real example inputs to trace it with instead."""
     from edgesmith.bench.pipeline.deploy import source_artifact
     from edgesmith.bench.sources.base import UserRequest, resolve_model
     from edgesmith.compress import PassContext, config_from_dict, run_passes
     from edgesmith.compress.base import INIT_SUFFIX
-    from edgesmith.compress.export_rwkv_c import SUFFIX as RWKV_C_SUFFIX
+    from edgesmith.compress.formats import format_of_file
     from edgesmith.models.kinds import get_kind
 
     model, out, opset = _model(model), _out(out), _whole(opset, "opset", low=1)
     check_seed(seed)
     options, model_options = _table(options, "options"), _table(model_options, "model_options")
     shapes, types = _traced(model, input_shapes, input_types)
-    if out.suffix != ".pth" and dtype is not None:
-        raise EdgesmithError(f"--dtype {dtype} would be ignored: it sets the weights of an official .pth export, and "
-                             f"{out.name} is not one.", "drop --dtype, or export to FILE.pth.")
-    dtype = dtype or "fp16"
-    if out.suffix == ".pth" and dtype not in PTH_DTYPES:
-        raise EdgesmithError(f"dtype {dtype!r} is not one of {', '.join(PTH_DTYPES)}.", "use --dtype fp16, bf16 or fp32.")
-    if out.suffix == ".pth" and (options or opset):
-        given = [f"--option {k}" for k in options or {}] + (["--opset"] if opset else [])
-        raise EdgesmithError(f"{', '.join(given)} would be ignored: an official .pth export has no pass options, "
-                             "only --dtype.", "drop them, or export to .onnx / .rwkvc.npz, whose passes take options.")
+    fmt = format_of_file(out)
+    settings = {**(options or {}), **({"opset": opset} if opset else {}), **({"dtype": dtype} if dtype is not None else {})}
+    if fmt is not None and fmt.export_pass:  # known from the name alone: checked before any model is read
+        _check_settings(fmt.export_pass, settings, out, dtype)
     _check_examples(model, example_data)
     _check_out(out, force=force)
-    # a producer or a user's file (an official or quantized RWKV checkpoint, ...): the source that reads it
+    # a producer or a user's file (an official or quantized checkpoint, ...): the source that reads it
     request = UserRequest(options=dict(model_options or {}), input_shapes=shapes, input_types=types, seed=seed,
                           calibration_data=None if example_data is None else str(example_data),
                           trust_model_file=trust_model_file is True)
     source = resolve_model(model, request, seed=seed)
-    if out.suffix == ".pth":
-        import torch
-
-        return _export_official_rwkv(source.build(), out, getattr(torch, PTH_DTYPES[dtype]), force)
     kind = get_kind(source.kind)
-    kind.check_producer(source)
+    pass_kind = fmt.export_pass if fmt is not None and fmt.export_pass else kind.export_pass
+    _check_settings(pass_kind, settings, out, dtype)
+    if not (fmt is not None and fmt.export_pass):
+        kind.check_producer(source)
     producer = source.build()
-    c_decoder = out.name.endswith(RWKV_C_SUFFIX)  # the C decoder's file (RWKV-6/7), not the kind's ONNX export
-    config = config_from_dict({"kind": "export-rwkv-c" if c_decoder else kind.export_pass,
-                               **({"opset": opset} if opset and not c_decoder else {}), **(options or {})})
+    config = config_from_dict({"kind": pass_kind, **settings})
     try:
         example = producer.example_inputs(1)
     except EdgesmithError:  # a user's model without data: a step graph needs none, a pass that does says so
@@ -260,18 +247,19 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
     return out
 
 
-def _export_official_rwkv(producer, out: Path, dtype, force: bool) -> Path:
-    from edgesmith.compress.rwkvquant.qcheckpoint import dequantized_model
-    from edgesmith.models.rwkv.checkpoint import save_rwkv
-    from edgesmith.models.rwkv.rwkv6 import RWKV6
-    from edgesmith.models.rwkv.rwkv7 import RWKV7
+def _check_settings(pass_kind: str, settings: dict, out: Path, dtype) -> None:
+    """Every export setting must be an option of the pass that writes ``out``: one the pass would ignore is refused."""
+    import dataclasses
 
-    module = getattr(producer, "module_", None)
-    if not isinstance(module, (RWKV6, RWKV7)):
-        raise EdgesmithError(f"only RWKV models export to an official .pth; this one is "
-                             f"{type(module).__name__ if module is not None else 'not a torch model'}.",
-                             "export it to .onnx instead.")
-    return save_rwkv(dequantized_model(module), out, dtype=dtype, force=force)
+    from edgesmith.compress.base import pass_config_type
+
+    takes = {f.name for f in dataclasses.fields(pass_config_type(pass_kind))}
+    unknown = [k for k in settings if k not in takes]
+    if unknown:
+        flags = [f"--dtype {dtype}" if k == "dtype" else "--opset" if k == "opset" else f"--option {k}" for k in unknown]
+        raise EdgesmithError(f"{', '.join(flags)} would be ignored: {pass_kind}, the pass that writes {out.name}, takes "
+                             f"{', '.join(sorted(takes)) or 'no options'}.",
+                             "drop them, or name the output for a format whose pass takes them (see `edgesmith passes`).")
 
 
 def is_model_file(model: str) -> bool:

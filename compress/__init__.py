@@ -30,6 +30,7 @@ PASS_MODULES = (
     "edgesmith.compress.lrnn.train_passes",  # prune-lrnn, qat-lrnn
     "edgesmith.compress.export_step",  # export-step-onnx
     "edgesmith.compress.export_rwkv_c",  # export-rwkv-c
+    "edgesmith.compress.export_rwkv_pth",  # export-rwkv-pth
     "edgesmith.compress.onnx_mlp",  # import-onnx-mlp
     "edgesmith.compress.import_nir",  # import-nir
     "edgesmith.compress.export_nir",  # export-nir
