@@ -2,9 +2,9 @@
 
     import edgesmith
     out = edgesmith.deploy("digits-mlp", target="host-cpu", out="runs/digits")        # -> report folder
-    out = edgesmith.deploy("rwkv7-ref", target="host-cpu", options={"bits": [4]}, out="runs/rwkv")
+    out = edgesmith.deploy("digits-wide", target="jetson-orin-nano", variants=["fp32", "int8"], out="runs/wide")
     edgesmith.quantize("digits-mlp", "int8-qdq", out="m.int8.onnx")                     # -> written file
-    edgesmith.export("gbrl-cartpole", out="policy.onnx")
+    edgesmith.export("digits-mlp", out="digits.onnx")
     edgesmith.targets(); edgesmith.producers(); edgesmith.passes(); edgesmith.kinds()
 
 Arguments mirror the flags (``options`` = ``--option``, ``model_options`` = ``--model-option``); errors
@@ -89,8 +89,8 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
            trust_model_file: bool = False) -> Path:
     """Run ``target``'s plan for ``model`` and write the report folder (default ``runs/MODEL-TARGET``).
 
-    ``model``: a producer name or a model file (model.onnx, file.py:factory, model.pt, model.pt2, an RWKV
-    .pth, a saved tree ensemble .npz); ``calibration_data`` / ``eval_data`` / ``labels``: paths of the
+    ``model``: a producer name or a model file (model.onnx, file.py:factory, model.pt, model.pt2, a
+    .pth checkpoint, a saved tree ensemble .npz); ``calibration_data`` / ``eval_data`` / ``labels``: paths of the
     user's data (.npy, .npz by input name, a folder; UTF-8 text for token-lm models); ``train_data``: inputs (and
     labels) that QAT variants fine-tune on; ``train_fn``: your own fine-tuning, ``train_fn(model)``, called by the QAT
     variants (``options={"qat_epochs": 1}`` offers them) on the calibrated brevitas model in place of their loop; ``metric``:
@@ -187,9 +187,8 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
            model_options: dict | None = None, force: bool = False, dtype: str | None = None,
            options: dict | None = None, input_shapes: dict | None = None, input_types: dict | None = None,
            example_data: str | os.PathLike | None = None, trust_model_file: bool = False) -> Path:
-    """Write ``model`` to ``out`` with the pass of the format its name says (``compress.formats``: ``.rwkvc.npz`` the
-    C decoder's arrays, ``.pth`` an official-layout RWKV checkpoint that BlinkDL's ``rwkv`` package loads, quantized
-    weights dequantized), else with its kind's export (ONNX: a graph, a step graph or a tree ensemble). ``options`` go
+    """Write ``model`` to ``out`` with the pass of the format its name says (``compress.formats``: each format written
+    by a pass of its own names it, e.g. a C decoder's arrays or an official-layout checkpoint), else with its kind's export (ONNX: a graph, a step graph or a tree ensemble). ``options`` go
     to that pass's config, e.g. ``{"batch": 1, "vq_form": "int8"}`` for a token-lm decode graph or ``{"weights":
     "int4"}`` for the C decoder; ``opset`` and ``dtype`` (fp16, the default, bf16 or fp32 for a .pth) are two of them
     with flags of their own. A setting the chosen pass does not take is refused, naming those it does.
@@ -263,7 +262,7 @@ def _check_settings(pass_kind: str, settings: dict, out: Path, dtype) -> None:
 
 
 def is_model_file(model: str) -> bool:
-    """Whether ``quantize`` reads ``model`` through the model source that ``deploy`` uses for it (an RWKV .pth,
+    """Whether ``quantize`` reads ``model`` through the model source that ``deploy`` uses for it (a .pth checkpoint,
     ``file.py:factory``, ...), data files included: neither an ONNX file nor a producer name."""
     from edgesmith.models import producer_names
 
@@ -291,12 +290,12 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
     """Apply one pass to a producer's model, a user's model file or an ONNX file and write the result plus
     ``OUT.report.json``.
 
-    For a producer or a model file other than ONNX (an official RWKV checkpoint, ``file.py:factory``, ...: any
+    For a producer or a model file other than ONNX (an official checkpoint, ``file.py:factory``, ...: any
     model source ``deploy`` reads), the model is first exported with its kind's export pass when the pass takes a
-    file, and a pass that leaves a torch model (pruning, an RWKV quantizer) is followed by that export; the
+    file, and a pass that leaves a torch model (pruning, a language-model quantizer) is followed by that export; the
     written file is then scored with the model's metric. ``calibration``: an array of inputs (needed by static
     quantization of an ONNX file; for a producer it replaces the producer's own). ``calibration_data`` and
-    ``eval_data``: a model file's data as files its source reads (UTF-8 text for an RWKV checkpoint, .npy/.npz
+    ``eval_data``: a model file's data as files its source reads (UTF-8 text for a language model's checkpoint, .npy/.npz
     otherwise), as ``deploy --calibration-data / --eval-data`` takes them. ``input_shapes`` / ``input_types``:
     example inputs to trace a torch model file given no data (``deploy --input-shape``).
     """
@@ -357,9 +356,9 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
         export_cfg = config_from_dict({"kind": kind.export_pass})
         passes = [export_cfg, config] if config.input_format != art.format and \
             export_cfg.output_format == config.input_format else [config]
-        if passes[-1].output_format == "torch":  # e.g. pruning or an RWKV quantizer: write it in the kind's format
+        if passes[-1].output_format == "torch":  # e.g. pruning or a language-model quantizer: write it in the kind's format
             passes.append(export_cfg)
-    if passes[0].input_format != art.format:  # before any work: e.g. an RWKV quantizer given an ONNX classifier
+    if passes[0].input_format != art.format:  # before any work: e.g. a language-model quantizer given an ONNX classifier
         takes = [k for k in pass_kinds() if pass_config_type(k).input_format == art.format]
         raise EdgesmithError(f"pass {config.kind!r} takes a {config.input_format} model; {model} is read as "
                              f"{art.format} here.", f"use a pass that takes {art.format}: {', '.join(takes)}.")
@@ -390,7 +389,7 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
         try:
             evaluation = producer.evaluate(predictor(rt, written))
             evaluation.extra["runtime"] = rt.name
-        except NoEvaluationData as e:  # e.g. an RWKV checkpoint given calibration text only
+        except NoEvaluationData as e:  # e.g. a language model's checkpoint given calibration text only
             unscored = f"{e.problem} ({e.fix})" if e.fix else e.problem
         except EdgesmithError as e:  # the file is whole; its score is what failed, and that is no success
             raise EdgesmithError(f"{out} was written, but scoring it failed: {e.problem}", e.fix) from None

@@ -116,7 +116,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_quantize(args) -> int:
-    # a model file other than ONNX reads its data files through its own source (text for an RWKV checkpoint)
+    # a model file other than ONNX reads its data files through its own source (text for a language model's checkpoint)
     user_file = api.is_model_file(args.model)
     res = api.quantize(args.model, args.pass_kind, out=args.out, options=parse_key_values(args.option, "--option"),
                        calibration=None if user_file else _load_calibration(args.calibration_data),
@@ -301,6 +301,13 @@ def _add_deploy_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+def _export_formats() -> list[tuple[str, str]]:
+    """(suffix, description) of each format ``export`` writes with a pass of its own (compress.formats)."""
+    from edgesmith.compress.formats import FORMATS
+
+    return [(f.suffixes[0], f.description) for f in map(FORMATS.get, FORMATS.names()) if f.export_pass and f.suffixes]
+
+
 def build_parser() -> argparse.ArgumentParser:
     from edgesmith import __version__
 
@@ -316,12 +323,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("kinds", help="list model kinds and their options").set_defaults(func=cmd_kinds)
     sub.add_parser("passes", help="list compression/export passes and their options").set_defaults(func=cmd_passes)
 
-    p = sub.add_parser("export", help="write a producer's model with its kind's export pass (ONNX), an RWKV model "
-                                      "(quantized too) as an official-layout .pth, or an RWKV-7 model as the C "
-                                      "decoder's .rwkvc.npz")
+    p = sub.add_parser("export", help="write a model to a file: FILE.onnx with its kind's export pass, or "
+                                      + ", ".join(f"FILE{s} ({d})" for s, d in _export_formats()))
     p.add_argument("model")
-    p.add_argument("--out", required=True, help="FILE.onnx, FILE.pth for an RWKV model in the official layout, or "
-                                                "FILE.rwkvc.npz for the C decoder (runtime rwkv-c)")
+    p.add_argument("--out", required=True, help="the output file; its name picks the format: "
+                                                + ", ".join(["FILE.onnx"] + [f"FILE{s}" for s, _ in _export_formats()]))
     p.add_argument("--dtype", default=None, help="weights of an official .pth: fp16 (default), bf16 or fp32")
     p.add_argument("--opset", type=int)
     p.add_argument("--seed", type=int, default=0)
@@ -338,14 +344,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("quantize", help="apply one compression pass to a producer's model or a model file")
     p.add_argument("model", help="a model name (see `edgesmith models`), an .onnx file, or another model file "
-                                 "deploy reads (an RWKV .pth, file.py:factory, ...)")
+                                 "deploy reads (a .pth checkpoint, file.py:factory, ...)")
     p.add_argument("--pass", dest="pass_kind", default="int8-qdq", help="pass kind (see `edgesmith passes`)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="pass option (repeatable)")
     p.add_argument("--model-option", dest="model_option", action="append", metavar="KEY=VALUE",
                    help="argument of the model's producer (repeatable)")
     p.add_argument("--trust-model-file", dest="trust_model_file", action="store_true", help=TRUST_HELP)
     p.add_argument("--calibration-data", dest="calibration_data",
-                   help="calibration inputs: .npy / .npz / a folder of them, or UTF-8 text for an RWKV checkpoint")
+                   help="calibration inputs: .npy / .npz / a folder of them, or UTF-8 text for a language model's checkpoint")
     p.add_argument("--eval-data", dest="eval_data",
                    help="a model file's evaluation data (same forms) to score the written file on")
     p.add_argument("--n-calibration", dest="n_calibration", type=int)
@@ -377,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", nargs="?", help="a producer name (`edgesmith models`) or your model: model.onnx, "
                                             "file.py:factory (imports and runs that file: your code), model.pt "
                                             "(TorchScript), model.pt2 (torch.export), an "
-                                            "RWKV .pth, a saved tree ensemble .npz, a netx network .net/.h5 (or set it in --recipe)")
+                                            ".pth checkpoint, a saved tree ensemble .npz, a netx network .net/.h5 (or set it in --recipe)")
     p.add_argument("--target", help="target name (see `edgesmith targets`)")
     _add_deploy_flags(p)
     p.set_defaults(func=cmd_deploy)

@@ -160,13 +160,20 @@ class PlanOptions:
         return asdict(self)
 
 
+# "target/kind" -> a model family's plan for that pair (hardware/families/), beside the target's own planners
+FAMILY_PLANS: Registry[Callable[..., "Plan"]] = Registry("family plan", "edgesmith.hardware.families:FAMILY_PLAN_MODULES")
+
+
+def register_plan(target: str, kind: str):
+    """Decorator: ``fn(target, producer, options, kind_options) -> Plan`` plans ``kind`` models on ``target``."""
+    def deco(fn):
+        return FAMILY_PLANS.register(f"{target}/{kind}", fn)
+
+    return deco
+
+
 class Target(ABC):
     """A deployment target. Subclasses are registered with ``@register_target``."""
-
-    def __init_subclass__(cls, **kw):
-        super().__init_subclass__(**kw)
-        if "planners" in cls.__dict__:
-            cls.kinds = tuple(cls.planners)
 
     name: ClassVar[str]
     description: ClassVar[str]
@@ -176,10 +183,10 @@ class Target(ABC):
     runtime: ClassVar[str]  # the runtime that runs the deployed artifact
     export_format: ClassVar[str]
     latency_provenance: ClassVar[str]  # "measured" here, or "estimated" (no device on this machine)
-    # model kind -> the function that plans its variants (set at the end of the class body, after the methods):
-    # the kinds this target runs, and the one place a deploy goes from a kind to its plan
+    # model kind -> the function that plans its variants (set at the end of the class body, after the methods);
+    # a model family adds its own for this target with @register_plan (hardware/families/). ``planner`` is the
+    # one place a deploy goes from a kind to its plan
     planners: ClassVar[dict[str, Callable[..., "Plan"]]] = {}
-    kinds: ClassVar[tuple[str, ...]] = ()  # derived from ``planners``
     # kinds it refuses, each with the reason shown to the user
     refused_kinds: ClassVar[dict[str, str]] = {}
     # formats a model may arrive in for this target's plans to start from (a producer's native_format)
@@ -198,13 +205,24 @@ class Target(ABC):
         self.check_kind(kind.name, producer.name)
         self.check_source_format(producer.native_format, producer.name)
         kind_options = kind.options(options.options)
-        return self.planners[kind.name](self, producer, options, kind_options)
+        return self.planner(kind.name)(self, producer, options, kind_options)
+
+    def planner(self, kind: str) -> Callable[..., "Plan"]:
+        """The function that plans ``kind`` models here: the target's own, else a model family's."""
+        own = self.planners.get(kind)
+        return own if own is not None else FAMILY_PLANS.get(f"{self.name}/{kind}")
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The kinds this target plans: its own planners' and those model families add for it."""
+        added = [n.partition("/")[2] for n in FAMILY_PLANS.names() if n.partition("/")[0] == self.name]
+        return tuple(self.planners) + tuple(k for k in added if k not in self.planners)
 
     def check_kind(self, kind: str, what: str = "this model") -> None:
         """Refuse a model kind this target has no plan for, with the reason and the targets that have one."""
         if kind in self.kinds:
             return
-        others = [n for n in target_names() if kind in TARGETS.get(n).kinds]
+        others = [n for n in target_names() if kind in get_target(n).kinds]
         why = self.refused_kinds.get(kind, f"it has no plan for {kind} models")
         raise EdgesmithError(f"{self.name} cannot run {what}, a {kind} model: {why}.",
                              f"deploy it to {' or '.join(others)}." if others else "no target runs this kind yet.")

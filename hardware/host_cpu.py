@@ -249,32 +249,6 @@ def select_variants(target: str, variants: list[Variant], wanted, unavailable: d
     return [v for v in variants if v.name in set(wanted)]
 
 
-def with_decoders(variants: list[Variant], producer, kopts) -> tuple[list[Variant], list[str]]:
-    """Token-LM variants for the decoders asked (``kopts.decoders``): the step graphs as planned (onnxruntime)
-    and/or each variant again written by ``export-rwkv-c`` for the C decoder (name + "-c"), with a note where
-    the C decoder cannot take the model."""
-    from edgesmith.compress.export_rwkv_c import ExportRWKVCConfig, why_unavailable
-
-    out = list(variants) if "onnxruntime" in kopts.decoders else []
-    if "rwkv-c" not in kopts.decoders:
-        return out, []
-    cfg = getattr(getattr(producer, "module", None), "cfg", None)
-    why = why_unavailable() or ("" if getattr(cfg, "version", None) in (6, 7) else
-                                "the C decoder runs RWKV-6 and RWKV-7 language models (torch); this model is "
-                                f"a {producer.native_format} model")
-    if why:
-        if not out:
-            raise EdgesmithError(f"decoders=[rwkv-c] cannot decode {producer.name}: {why}.",
-                                 "use --option decoders=onnxruntime (the step graphs).")
-        return out, [f"rwkv-c left out: {why}"]
-    for v in variants:
-        out.append(Variant(f"{v.name}-c", v.passes[:-1] + [ExportRWKVCConfig()], ["rwkv-c"],
-                           v.description.replace("step graph", "C decoder") + " (4-bit SQ codes as they are, "
-                           "other layers fp32)"))
-    return out, ["-c variants: the C decoder (export-rwkv-c, runtime rwkv-c), one token per call, batch 1 per "
-                 "sequence, state copied in and out per step"]
-
-
 def onnx_export(producer) -> list:
     """The pass that turns the producer's model into ONNX: none when it already is ONNX."""
     from edgesmith.compress.export_onnx import ExportOnnxConfig
@@ -444,64 +418,6 @@ class HostCpu(Target):
         return Plan(self.name, select_variants(self.name, variants, options.variants, unavailable),
                     self.latency_provenance, notes)
 
-    def plan_token_lm(self, producer, options: PlanOptions, kopts) -> Plan:
-        """fp32 and every quantizer x bits, each exported as a step graph (state in, state out) run in
-        onnxruntime: perplexity by feeding the held-out windows token by token, decode speed per step."""
-        from edgesmith.compress import config_from_dict
-        from edgesmith.compress.export_step import ExportStepOnnxConfig
-
-        module_fits(self, producer)
-        hints = producer.unsupported_formats() if hasattr(producer, "unsupported_formats") else {}
-        if "requantize" in hints:  # a model quantized earlier: its own step graph only
-            variants = [Variant("as-given", [ExportStepOnnxConfig()], ["onnxruntime"],
-                                f"the model as given, step graph ({hints['requantize']})")]
-            variants, c_notes = with_decoders(variants, producer, kopts)
-            return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance,
-                        [f"no quantizer variants: {hints['requantize']}"] + c_notes)
-        variants = [Variant("fp32", [ExportStepOnnxConfig()], ["onnxruntime"], "fp32 step graph")]
-        for method in kopts.methods:
-            for bits in kopts.bits:
-                q = config_from_dict({"kind": method, "bits": bits, "group_size": kopts.group_size,
-                                      "sq_percentile": float(kopts.sq_percentile), "proxy": kopts.proxy,
-                                      "quantize_vectors": kopts.quantize_vectors, "symmetric": kopts.symmetric,
-                                      "vq_scale_block": kopts.vq_scale_block, "sequential": kopts.sequential})
-                name = f"{method.removeprefix('rwkv-')}-{bits}bit" + ("-sym" if kopts.symmetric else "")
-                if kopts.vq_scale_block and method in ("rwkv-gptvq", "rwkvquant"):  # the methods with VQ matrices
-                    name += f"-vqn{kopts.vq_scale_block}"
-                if kopts.proxy != "paper" and method == "rwkvquant":
-                    name += f"-{kopts.proxy}"
-                if kopts.sequential and method != "rwkv-rtn":  # RTN reads no calibration data
-                    name += "-seq"
-                variants.append(Variant(name, [q, ExportStepOnnxConfig()],
-                                        ["onnxruntime"], f"{method} {bits}-bit weights, step graph "
-                                        "(4-bit SQ layers as MatMulNBits, VQ layers as Gather-dequantize)"))
-        variants, c_notes = with_decoders(variants, producer, kopts)
-        notes = ["perplexity is scored on the step graph itself, fed one token at a time with its state carried",
-                 "decode speed: one step (one new token per sequence) timed in a fresh process; tokens/s = "
-                 "batch / p50"] + c_notes
-        return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance, notes)
-
-    def plan_stream(self, producer, options: PlanOptions, kopts) -> Plan:
-        """Dense float, pruned float and the pruned w8a16 fixed-point network (Numba, bit-exact with Lava)."""
-        from edgesmith.compress.export_step import ExportStepOnnxConfig
-        from edgesmith.compress.lrnn.fixed import ExportLrnnFixedConfig
-        from edgesmith.compress.lrnn.train_passes import PruneLrnnConfig, QatLrnnConfig
-
-        module_fits(self, producer)
-        prune = PruneLrnnConfig(sparsity=kopts.sparsity, epochs=kopts.prune_epochs, end=kopts.prune_end)
-        variants = [
-            Variant("dense", [], ["torch"], "the float model as trained (torch eager)"),
-            Variant("dense-step", [ExportStepOnnxConfig()], ["onnxruntime"],
-                    "the float model's streaming step (a frame and the state in, mask and state out), fed frame by "
-                    "frame in onnxruntime"),
-            Variant("sparse", [prune], ["torch"], f"{kopts.sparsity:.0%} unstructured sparsity, float"),
-            Variant("sparse-fixed", [prune, QatLrnnConfig(epochs=kopts.qat_epochs),
-                                     ExportLrnnFixedConfig()], ["lrnn-ref"],
-                    "pruned, quantization-aware fine-tuned, w8a16 fixed point (Numba; the Lava network's twin)"),
-        ]
-        notes = ["real-time factor = processing time / duration of the audio processed (below 1 keeps up)"]
-        return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance, notes)
-
     def plan_tree_policy(self, producer, options: PlanOptions, kopts) -> Plan:
         """The Numba engine itself, its ONNX TreeEnsemble export in onnxruntime and its C export as a .so."""
         from edgesmith.compress.export_trees import ExportTreeCConfig, ExportTreeOnnxConfig
@@ -515,4 +431,4 @@ class HostCpu(Target):
         return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance,
                     ["every row is timed in a fresh process; the c row calls the compiled .so through ctypes"])
 
-    planners = {"tensor": plan_tensor, "token-lm": plan_token_lm, "stream": plan_stream, "tree-policy": plan_tree_policy}
+    planners = {"tensor": plan_tensor, "tree-policy": plan_tree_policy}  # token-lm, stream: hardware/families/

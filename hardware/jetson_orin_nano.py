@@ -131,7 +131,7 @@ class JetsonOrinNano(Target):
         return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance,
                     ["torch on this machine is a numerical proxy for the Jetson's outputs only",
                      "latency and energy come from the jetson-orin-nano cost model, one kernel launch per layer "
-                     "and frame (the model runs token by token, as a streaming denoiser must)"])
+                     "and frame (the model runs frame by frame, as a streaming model must)"])
 
     planners = {"tensor": plan_tensor, "token-lm": plan_token_lm, "stream": plan_stream}
 

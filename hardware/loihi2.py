@@ -185,7 +185,7 @@ class Loihi2(Target):
     latency_provenance = "estimated"
     source_formats = ("torch", "onnx", "netx", "nir")
     refused_kinds = {
-        "token-lm": "its recurrent state update multiplies activations by activations (RWKV's time mix) and its "
+        "token-lm": "its recurrent state update multiplies activations by activations (a time mix) and its "
                     "output is a softmax over the vocabulary; neither maps to sigma-delta neurons here",
         "tree-policy": "a tree ensemble is comparisons and table lookups, not synaptic integration: there is no "
                        "Lava mapping for it",
@@ -248,26 +248,13 @@ class Loihi2(Target):
         return Plan(self.name, select_variants(self.name, variants, options.variants, unavailable),
                     self.latency_provenance, [ACTIVITY_NOTE])
 
-    def plan_stream(self, producer, options: PlanOptions, kopts) -> Plan:
-        from edgesmith.compress.lrnn.fixed import ExportLrnnFixedConfig
-        from edgesmith.compress.lrnn.train_passes import PruneLrnnConfig, QatLrnnConfig
-
-        self._check_8bit_fits(producer)
-        passes = [PruneLrnnConfig(sparsity=kopts.sparsity, epochs=kopts.prune_epochs, end=kopts.prune_end),
-                  QatLrnnConfig(epochs=kopts.qat_epochs), ExportLrnnFixedConfig()]
-        variants = [Variant("sparse-fixed", passes, ["lava-lrnn"],
-                            f"{kopts.sparsity:.0%} sparse, w8a16 fixed point, in Lava (Loihi2SimCfg fixed_pt), "
-                            "checked bit for bit against the Numba reference")]
-        return Plan(self.name, select_variants(self.name, variants, options.variants), self.latency_provenance,
-                    [ACTIVITY_NOTE, "activity and estimates are per clip; the report's time steps are frames"])
-
     def _check_8bit_fits(self, producer) -> None:
         module = getattr(producer, "module_", None)
         if module is not None and hasattr(module, "parameters"):  # 8-bit weights: one byte per parameter
             self.check_fits(int(sum(p.numel() for p in module.parameters())),
                             f"{getattr(producer, 'name', 'the model')} (8-bit weights)")
 
-    planners = {"tensor": plan_tensor, "stream": plan_stream}
+    planners = {"tensor": plan_tensor}  # other kinds: their family's plans (hardware/families/)
 
 
 ACTIVITY_NOTE = ("Lava simulates the chip on this machine; latency and energy are estimated from its activity "
