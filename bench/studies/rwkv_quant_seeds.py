@@ -65,26 +65,15 @@ import numpy as np
 
 from edgesmith.bench.sweep import RECIPES
 from edgesmith.bench.studies.rwkv_quant_table import DEFAULT_PERCENTILE, choose_percentile, vq_note, write_outputs
+from edgesmith.bench.report.stats import interval
 from edgesmith.common import EdgesmithError
+from edgesmith.compress.rwkvquant.fidelity import mirrored, model_scores, reference_scores, split_parity, token_nll
 
 RECIPE = RECIPES / "rwkv-quant-seeds.toml"
 BASELINES = ("rtn", "gptq", "gptvq")
 METHODS = (*BASELINES, "rwkvquant")
 GOAL = 0.75  # RWKVQuant's perplexity increase at most this share of the best baseline's
 CHOICE_SEED = 0  # the calibration seed on whose validation perplexity RWKVQuant's candidate percentiles compete
-
-
-def interval(values) -> dict:
-    """Mean, sample SD and the 95% Student-t half-width of ``values`` (half-width 0 for one value: a method that
-    reads no calibration data has nothing to vary over seeds)."""
-    from scipy import stats
-
-    v = np.asarray(values, dtype=float)
-    if len(v) == 0:
-        raise EdgesmithError("no values to summarise.", "run the sweep's cells first.")
-    sd = float(v.std(ddof=1)) if len(v) > 1 else 0.0
-    half = float(stats.t.ppf(0.975, len(v) - 1) * sd / math.sqrt(len(v))) if len(v) > 1 else 0.0
-    return {"mean": float(v.mean()), "sd": sd, "ci95": half, "n": int(len(v))}
 
 
 def reference_size(report: dict) -> str:
@@ -154,96 +143,9 @@ def _field_ratio(rq: dict, best: dict, field: str = "kl") -> dict:
     return {"baseline": best["method"], **interval(ratios), "per_seed": ratios}
 
 
-def reference_scores(reference, windows: np.ndarray, batch: int = 16) -> dict:
-    """One pass of the fp32 reference over the windows: its mean NLL (``token_nll``'s) and its next-byte
-    log-probabilities per batch, float64, what every cell's KL is taken against (64 windows of 256 bytes: 34 MB
-    for a byte-level model)."""
-    import torch
-
-    from edgesmith.models.rwkv.train import window_nll
-
-    logprobs = []
-
-    def forward(x):
-        logits = reference(x)[0]
-        logprobs.append(torch.log_softmax(logits.double(), -1))
-        return logits
-
-    return {"nll": float(window_nll(forward, windows, batch).mean()), "logprobs": logprobs}
-
-
-def model_scores(model, windows: np.ndarray, ref_logprobs: list | None = None, batch: int = 16) -> dict:
-    """One pass of ``model`` (tokens (B, T) -> (logits (B, T, V), state)) over the windows less their last token,
-    as the perplexity is: its mean NLL in nats and, given the reference's ``logprobs`` of the same batches, the
-    mean over every next-byte prediction of KL(reference || model)."""
-    import torch
-
-    from edgesmith.models.rwkv.train import window_nll
-
-    kl = [0.0, 0]
-
-    def forward(x):
-        logits = model(x)[0]
-        if ref_logprobs is not None:
-            lp = ref_logprobs[kl[1]]
-            kl[0] += float((lp.exp() * (lp - torch.log_softmax(logits.double(), -1))).sum())
-            kl[1] += 1
-        return logits
-
-    nll = float(window_nll(forward, windows, batch).mean())
-    n = sum(lp.shape[0] * lp.shape[1] for lp in ref_logprobs) if ref_logprobs is not None else 0
-    return {"nll": nll, "kl": kl[0] / n if n else None}
-
-
-def token_kl(reference, model, windows: np.ndarray, batch: int = 16) -> float:
-    """Mean over every next-byte prediction of KL(reference || model) in nats, both torch language models
-    (tokens (B, T) -> logits (B, T, V)) fed the windows less their last token, as the perplexity is."""
-    return model_scores(model, windows, reference_scores(reference, windows, batch)["logprobs"], batch)["kl"]
-
-
 KL_FILE = "kl_to_fp32.json"  # beside a cell's deploy: a cell's folder is keyed by its content, so this never goes stale
 PARITY_FILE = "nll_parity.json"
 FIDELITY = {"kl_to_fp32": KL_FILE, "nll_parity": PARITY_FILE}  # report field -> the file it is kept in
-
-
-def token_nll(model, windows: np.ndarray, batch: int = 16) -> float:
-    """Mean NLL in nats of every next byte of the equal-length windows (the perplexity's log), torch, from the
-    zero state: the reference models' own ``window_nll``, averaged."""
-    return model_scores(model, windows, None, batch)["nll"]
-
-
-def mirrored(reference, quantized):
-    """A copy of ``reference`` with every parameter the quantizer changed reflected through its reference value
-    (w - D where the quantized model has w + D): the block linears (dequantized) and any other parameter."""
-    import copy
-
-    import torch
-
-    from edgesmith.compress.rwkvquant.rwkvquant import linear_modules
-
-    out = copy.deepcopy(reference).eval()
-    quantized_values = {f"{n}.weight": m.weight for n, m in linear_modules(quantized).items()}  # dequantized
-    for name, param in quantized.named_parameters():
-        quantized_values.setdefault(name, param)
-    ref = dict(reference.named_parameters())
-    with torch.no_grad():
-        for name, param in out.named_parameters():
-            q = quantized_values.get(name)
-            if q is not None and q.shape == param.shape:
-                param.copy_(2 * ref[name] - q.to(param.dtype))
-    return out
-
-
-def _parity(base: float, plus: float, minus: float) -> dict:
-    return {"nll_fp32": base, "nll_quantized": plus, "nll_mirrored": minus,
-            "even": (plus + minus) / 2 - base, "odd": (plus - minus) / 2}
-
-
-def nll_parity(reference, quantized, windows: np.ndarray, base_nll: float | None = None) -> dict:
-    """The quantized model's NLL increase on ``windows`` split exactly into the part even in its weight error
-    (the same for w+D and w-D: curvature, D'HD/2 to second order) and the odd part (g.D to first order)."""
-    base = token_nll(reference, windows) if base_nll is None else base_nll
-    return _parity(base, token_nll(quantized, windows), token_nll(mirrored(reference, quantized), windows))
 
 
 def test_file(n_windows: int) -> str:
@@ -296,7 +198,7 @@ def fidelity_of_cells(sweep_dir: Path, keys: list[str], reports: list[dict], log
         q = load_quantized(found[0]).eval()
         scores = functools.cache(lambda: model_scores(q, windows, base()["logprobs"] if "kl_to_fp32" in missing else None))
         figures = {"kl_to_fp32": lambda: {"kl_nats_per_byte": scores()["kl"], "windows": list(windows.shape)},
-                   "nll_parity": lambda: {**_parity(base()["nll"], scores()["nll"], token_nll(mirrored(ref, q), windows)),
+                   "nll_parity": lambda: {**split_parity(base()["nll"], scores()["nll"], token_nll(mirrored(ref, q), windows)),
                                           "windows": list(windows.shape)},
                    "test_nll": lambda: {"nll_fp32": test_base(), "nll_quantized": token_nll(q, test()),
                                         "windows": list(test().shape), "after_evaluation_windows": len(windows)}}

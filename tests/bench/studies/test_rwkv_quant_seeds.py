@@ -171,7 +171,7 @@ def test_token_kl_is_zero_for_the_same_model_and_matches_the_definition():
     import numpy as np
     import torch
 
-    from edgesmith.bench.studies.rwkv_quant_seeds import token_kl
+    from edgesmith.compress.rwkvquant.fidelity import token_kl
 
     table = torch.randn(8, 8, generator=torch.Generator().manual_seed(0))
     other = table + 0.3 * torch.randn(8, 8, generator=torch.Generator().manual_seed(1))
@@ -230,7 +230,8 @@ def test_one_pass_per_checkpoint_gives_the_kl_and_parity_of_separate_scoring(tmp
     import numpy as np
 
     import edgesmith.models
-    from edgesmith.bench.studies.rwkv_quant_seeds import KL_FILE, fidelity_of_cells, nll_parity, token_kl
+    from edgesmith.bench.studies.rwkv_quant_seeds import KL_FILE, fidelity_of_cells
+    from edgesmith.compress.rwkvquant.fidelity import nll_parity, token_kl
     from edgesmith.compress.rwkvquant import load_quantized, make_config, quantize_rwkv, save_quantized
     from tests.compress.rwkvquant.rwkv_helpers import tiny
 
@@ -297,7 +298,7 @@ def test_nll_parity_splits_the_increase_into_a_quadratic_even_part_and_a_linear_
     import numpy as np
     import torch
 
-    from edgesmith.bench.studies.rwkv_quant_seeds import mirrored, nll_parity, token_nll
+    from edgesmith.compress.rwkvquant.fidelity import mirrored, nll_parity, token_nll
     from tests.compress.rwkvquant.rwkv_helpers import tiny
 
     torch.set_default_dtype(torch.float64)  # the finite-difference ratios need more than fp32's digits
