@@ -17,6 +17,15 @@ def claim_command(module: str, argv: list[str] | None) -> str:
     return f"python -m {module} " + shlex.join(sys.argv[1:] if argv is None else argv)
 
 
+def save_png(fig, path: Path, dpi: int = 110) -> None:
+    """Write a matplotlib figure as a PNG, atomically, and close it."""
+    import matplotlib.pyplot as plt
+
+    with atomic_path(path, force=True) as tmp:
+        fig.savefig(tmp, format="png", dpi=dpi)
+    plt.close(fig)
+
+
 def refuse_existing(out: Path, force: bool) -> None:
     """Fail before an expensive run when ``out`` exists and ``--force`` was not given."""
     check_output(out, force=force, folder=True)

@@ -26,8 +26,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from edgesmith.bench.studies.claim_io import refuse_existing, write_claim
-from edgesmith.common import atomic_path
+from edgesmith.bench.studies.claim_io import refuse_existing, save_png, write_claim
 from edgesmith.models.papers.gnn_causal.config import DataConfig, ModelConfig, TrainConfig
 from edgesmith.models.papers.gnn_causal.data import load_splits
 from edgesmith.models.papers.gnn_causal.gnn import CausalGNN
@@ -157,9 +156,7 @@ def plot(result: dict, path: Path) -> None:
     axes[1].set_ylabel("IIA on pairs whose label changes")
     axes[1].legend(fontsize=7)
     fig.tight_layout()
-    with atomic_path(path, force=True) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    save_png(fig, path)
 
 
 def main(argv=None) -> int:

@@ -25,6 +25,7 @@ import numpy as np
 from edgesmith.bench.sweep import RECIPES
 from edgesmith.common import EdgesmithError, atomic_path, write_json
 from edgesmith.models.lrnn.s5 import S5Denoiser
+from edgesmith.bench.studies.claim_io import save_png
 
 RECIPE, QUICK_RECIPE = RECIPES / "lrnn-width-sparsity.toml", RECIPES / "lrnn-width-sparsity-quick.toml"
 
@@ -141,9 +142,7 @@ def plot(points: list[dict], path: Path) -> None:
     axes[0].legend(fontsize=8)
     fig.suptitle("S5 denoiser: width x sparsity sweep")
     fig.tight_layout()
-    with atomic_path(path, force=True) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    save_png(fig, path)
 
 
 def sweep_into(folder: Path, quick: bool = False, log=print, workers: int | None = None, ray: str | None = None,

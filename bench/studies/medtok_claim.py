@@ -20,8 +20,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from edgesmith.bench.studies.claim_io import refuse_existing, write_claim
-from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.bench.studies.claim_io import refuse_existing, save_png, write_claim
+from edgesmith.common import EdgesmithError
 from edgesmith.models.papers.medtok.data import Ontology, OntologyConfig
 from edgesmith.models.papers.medtok.tokenizer import MedTokTokenizer, TextVQTokenizer, TokenizerConfig
 from edgesmith.models.papers.medtok.train import DeepSetsHead, TrainConfig, auprc, code_tokens, codebook_usage, train_head, train_tokenizer
@@ -118,9 +118,7 @@ def plot(res: dict, path: Path) -> None:
         ax.grid(alpha=0.3, axis="y")
     fig.suptitle("MedTok vs text-only VQ (dots: seeds)")
     fig.tight_layout()
-    with atomic_path(path, force=True) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    save_png(fig, path)
 
 
 def main(argv=None) -> int:

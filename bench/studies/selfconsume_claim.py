@@ -20,8 +20,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from edgesmith.bench.studies.claim_io import refuse_existing, write_claim
-from edgesmith.common import atomic_path
+from edgesmith.bench.studies.claim_io import refuse_existing, save_png, write_claim
 from edgesmith.models.papers.selfconsume.loop import LoopConfig, run_loop
 
 CONDITIONS = {
@@ -121,9 +120,7 @@ def plot(result: dict, path: Path) -> None:
     axes[0][0].set_ylabel("E[true reward]")
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
-    with atomic_path(path, force=True) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    save_png(fig, path)
 
 
 def main(argv=None) -> int:

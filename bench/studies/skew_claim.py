@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from edgesmith.bench.studies.claim_io import claim_command, refuse_existing, write_claim
-from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.bench.studies.claim_io import claim_command, refuse_existing, save_png, write_claim
+from edgesmith.common import EdgesmithError
 from edgesmith.models.papers.skew.producer import atlas_graphs, permute_graphs
 from edgesmith.models.papers.skew.spectrum import correlation_bruteforce, skew_spectrum, spectrum_patterns
 
@@ -147,9 +147,7 @@ def plot(res: dict, path: Path) -> None:
         ax.legend(fontsize=8)
     fig.suptitle("Generalised skew spectrum on the 7-node graph atlas")
     fig.tight_layout()
-    with atomic_path(path, force=True) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    save_png(fig, path)
 
 
 def main(argv=None) -> int:

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from edgesmith.bench.studies.claim_io import refuse_existing, write_claim
-from edgesmith.common import EdgesmithError, atomic_path
+from edgesmith.bench.studies.claim_io import refuse_existing, save_png, write_claim
+from edgesmith.common import EdgesmithError
 from edgesmith.models.papers.sqaoa.graphs import agreement, brute_force, erdos_renyi_signed, set_partitions
 from edgesmith.models.papers.sqaoa.onehot import solve_onehot
 from edgesmith.models.papers.sqaoa.sqaoa import solve, warm_start
@@ -153,9 +153,7 @@ def plot(result: dict, path: Path) -> None:
         ax.grid(alpha=0.3)
     fig.suptitle(f"SQAOA vs one-hot QAOA, nucleus t={result['settings']['t']}")
     fig.tight_layout()
-    with atomic_path(path, force=True) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    save_png(fig, path)
 
 
 def main(argv=None) -> int:

@@ -21,8 +21,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from edgesmith.bench.studies.claim_io import refuse_existing, write_claim
-from edgesmith.common import atomic_path
+from edgesmith.bench.studies.claim_io import refuse_existing, save_png, write_claim
 from edgesmith.models.papers.wavegc.config import DataConfig, TrainConfig, WaveGCConfig
 from edgesmith.models.papers.wavegc.data import N_FEATURES, load_splits
 from edgesmith.models.papers.wavegc.train import predict_torch, score, train
@@ -137,9 +136,7 @@ def plot(result: dict, path: Path) -> None:
         ax.set_xlabel("eigenvalue λ")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    with atomic_path(path, force=True) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    save_png(fig, path)
 
 
 def main(argv=None) -> int:
