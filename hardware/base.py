@@ -142,10 +142,13 @@ class PlanOptions:
     tvm_records: bool = False  # also a TVM row scheduled from tuning records (shipped, or cached by a fresh tune)
     variants: tuple[str, ...] = ()  # empty: all the target offers
     options: dict = field(default_factory=dict)
+    # the user gave data to fine-tune on or a training function (--train-data, train_fn): training variants (QAT)
+    # are offered for a model whose producer has no training data of its own
+    training_given: bool = False
 
     def __post_init__(self):
         self.variants = tuple(self.variants)
-        for name in ("tvm", "tvm_records"):
+        for name in ("tvm", "tvm_records", "training_given"):
             if not isinstance(getattr(self, name), bool):
                 raise EdgesmithError(f"plan option {name} is {getattr(self, name)!r}.", "use true or false.")
         n = self.tvm_tune_trials

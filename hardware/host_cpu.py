@@ -293,14 +293,15 @@ def exclude_notes(kopts, variants) -> list[str]:
     return out
 
 
-def qat_variants(producer, kopts, runtimes: list[str], where: str, form: str = "qcdq") -> tuple[list, dict[str, str]]:
+def qat_variants(producer, kopts, options: PlanOptions, runtimes: list[str], where: str,
+                 form: str = "qcdq") -> tuple[list, dict[str, str]]:
     """Brevitas QAT variants (qat-w8a8, qat-w4a8), ``kopts.qat_epochs`` of fine-tuning, exported in ``form``, for
     a torch model whose producer offers training data; else none, with the reason for each (reported as unavailable)."""
     from edgesmith.compress.qat_brevitas import QatW4A8Config, QatW8A8Config
     from edgesmith.compress.torch_source import TorchSourceConfig
 
     names = ("qat-w8a8", "qat-w4a8")
-    why = qat_unavailable(producer, kopts)
+    why = qat_unavailable(producer, kopts, options)
     if why:
         return [], {n: why for n in names}
     back = [TorchSourceConfig()] if producer.native_format == "onnx" else []  # the export's torch module
@@ -313,7 +314,7 @@ def qat_variants(producer, kopts, runtimes: list[str], where: str, form: str = "
                     f"({where})")], {}
 
 
-def qat_unavailable(producer, kopts) -> str | None:
+def qat_unavailable(producer, kopts, options: PlanOptions) -> str | None:
     """Why QAT variants cannot be offered for ``producer`` (None when they can): no epochs asked for, no torch
     module behind the model, or no data to fine-tune on."""
     from edgesmith.compress.torch_source import torch_source
@@ -324,8 +325,7 @@ def qat_unavailable(producer, kopts) -> str | None:
     if torch_source(producer) is None:
         return (f"QAT fine-tunes a torch model; this one is {producer.native_format} with no torch module behind it "
                 "(deploy its torch form, path/to/file.py:factory).")
-    own = getattr(producer, "user_training_", None) is not None or type(producer).training_data is not Producer.training_data \
-        or getattr(producer, "user_train_fn_", None) is not None
+    own = options.training_given or type(producer).training_data is not Producer.training_data
     if not own and producer.calibration_data(1) is None:
         return (f"{getattr(producer, 'name', 'this model')} offers no training data to fine-tune on: pass --train-data "
                 "(inputs, labels inside) or --calibration-data (QAT then distils the float model on it).")
@@ -390,7 +390,7 @@ class HostCpu(Target):
                                                              exclude=tuple(kopts.exclude), allow_empty=bool(kopts.exclude))],
                     ["onnxruntime"], "4-bit weight-only MatMulNBits (TVM cannot run MatMulNBits)"),
         ]
-        qat, unavailable = qat_variants(producer, kopts, ["onnxruntime"], "Linear layers lowered to onnxruntime's integer "
+        qat, unavailable = qat_variants(producer, kopts, options, ["onnxruntime"], "Linear layers lowered to onnxruntime's integer "
                                           "MatMulIntegerToFloat", form="ort-integer")
         variants += qat
         hints = dict(producer.unsupported_formats()) if hasattr(producer, "unsupported_formats") else {}

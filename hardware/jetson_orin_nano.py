@@ -107,7 +107,7 @@ class JetsonOrinNano(Target):
             Variant("int8", export + [int8_config(kopts)],
                     ["onnxruntime"], "int8 QDQ (tensor cores on the Jetson)"),
         ]
-        qat, unavailable = qat_variants(producer, kopts, ["onnxruntime"], "int8 tensor cores on the Jetson")
+        qat, unavailable = qat_variants(producer, kopts, options, ["onnxruntime"], "int8 tensor cores on the Jetson")
         variants += qat
         hints = producer.unsupported_formats() if hasattr(producer, "unsupported_formats") else {}
         unavailable.update({n: f"{producer.name} has no {n} variant: {why}" for n, why in hints.items()})

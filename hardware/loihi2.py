@@ -237,7 +237,7 @@ class Loihi2(Target):
         variants = [Variant("sigma-delta", imports + [ExportNetxConfig()], ["lava"],
                             "fixed-point Sigma-Delta network, written as netx HDF5 and run by lava-dl's netx in Lava "
                             "(Loihi2SimCfg fixed_pt)")]
-        why = qat_unavailable(producer, kopts)
+        why = qat_unavailable(producer, kopts, options)
         if why is None:
             back = [TorchSourceConfig()] if producer.native_format == "onnx" else []
             variants.append(Variant("sigma-delta-qat", back + [QatLoihiConfig(epochs=int(kopts.qat_epochs)),

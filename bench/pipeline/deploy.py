@@ -275,13 +275,13 @@ def deploy(opts: DeployOptions) -> Path:
         seed=opts.seed, trust_model_file=opts.trust_model_file), seed=opts.seed)
     kind = get_kind(producer.kind)
     kind.check_producer(producer)
-    if opts.train_data is not None:  # before any plan: it decides whether QAT variants are offered
-        producer.user_training_ = load_training_data(producer, opts.train_data)
-    if opts.train_fn is not None:
-        if not callable(opts.train_fn):
-            raise EdgesmithError(f"train_fn is {opts.train_fn!r}, not a function.",
-                                 "pass a function that takes the quantized torch model and trains it in place.")
-        producer.user_train_fn_ = opts.train_fn
+    # what the user gave to train on travels in the deploy's own state, not on the model: it decides (before any
+    # plan) whether QAT variants are offered, and is what their passes fine-tune on
+    user_training = None if opts.train_data is None else load_training_data(producer, opts.train_data)
+    if opts.train_fn is not None and not callable(opts.train_fn):
+        raise EdgesmithError(f"train_fn is {opts.train_fn!r}, not a function.",
+                             "pass a function that takes the quantized torch model and trains it in place.")
+    plan_options = dataclasses.replace(opts.plan, training_given=user_training is not None or opts.train_fn is not None)
     target.check_kind(kind.name, opts.model)  # before any training: an unsupported pair costs nothing
     kind.options(opts.plan.options)  # a bad --option fails here too, not after the build
     batch_sizes = _batch_sizes(opts, kind, producer)
@@ -289,11 +289,11 @@ def deploy(opts: DeployOptions) -> Path:
     threads = opts.threads or os.cpu_count() or 1
     say = (lambda msg: tqdm.write(msg)) if opts.progress else (lambda msg: None)
 
-    for rt_name in {r for v in target.plan(producer, opts.plan).variants for r in v.runtimes}:
+    for rt_name in {r for v in target.plan(producer, plan_options).variants for r in v.runtimes}:
         get_runtime(rt_name)  # a runtime that cannot run here (no .venv-lava, no gcc) is refused before any work
     say(f"[edgesmith] building {opts.model} ({kind.name}, seed {opts.seed})")
     producer.build()
-    plan = target.plan(producer, opts.plan)  # again, now that the model is built (its size is checked)
+    plan = target.plan(producer, plan_options)  # again, now that the model is built (its size is checked)
     ref_art = source_artifact(producer)
     ref_name = reference_runtime(ref_art.format)
     ref_rt = get_runtime(ref_name, threads=threads).load(ref_art)
@@ -306,9 +306,7 @@ def deploy(opts: DeployOptions) -> Path:
     # one calibration set for every variant: the influence selector runs the fp32 model over its pool
     n_calibration = opts.n_calibration or kind.default_n_calibration
     calibration = select_calibration(producer, n_calibration, opts.calibration_select, seed=opts.seed)
-    train_data = getattr(producer, "user_training_", None)
-    if train_data is None:
-        train_data = producer.training_data()
+    train_data = user_training if user_training is not None else producer.training_data()
     ctx_common = dict(calibration=calibration, example_input=producer.example_inputs(1), seed=opts.seed,
                       sensitivity=opts.sensitivity, progress=opts.progress, train_data=train_data, train_fn=opts.train_fn,
                       evaluate=_artifact_scorer(producer, threads))
