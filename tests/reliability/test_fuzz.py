@@ -6,7 +6,7 @@ import pytest
 
 from edgesmith.bench.fuzz import FORMATS, OUTCOMES, fuzz, mutate
 
-SAMPLE = (0, 7)  # two fixed case numbers per format beside the FOUND ones; the benchmark runs 300 per format
+SAMPLE = (0,)  # one fixed case number per format beside the FOUND ones; the benchmark runs 300 per format
 # cases the 300-per-format runs found failing, each fixed since: a segfault in the tree engine (trees 27), a bytes
 # member (trees 158), lazily damaged HDF5 (netx 2, 3), a threshold fixed point cannot hold (nir 143), weights that
 # overflow to the mask range (onnx 158), a pickle protocol warning (pth 168)
