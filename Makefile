@@ -9,6 +9,9 @@ STAMP := $(VENV)/.edgesmith-installed
 LAVA_STAMP := $(LAVA)/.edgesmith-installed-lava-dl
 ES := $(VENV)/bin/edgesmith
 PYTEST_ARGS ?=
+# the suite runs in one worker per core (pytest-xdist), a test file's tests in one worker, so its module fixtures
+# are built once and its tests keep their order; TEST_WORKERS=0 runs it in this process alone
+TEST_WORKERS ?= auto
 
 .PHONY: setup demo test benchmark clean-cache
 
@@ -37,7 +40,7 @@ demo: setup
 	$(ES) demo --out runs/demo --force
 
 test: setup
-	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 benchmark: setup
 	$(VENV)/bin/python -m pip install -q -e '.[test,peer]' 'numpy<2'
