@@ -63,8 +63,8 @@ def _summary_rows(report: DeployReport) -> dict:
             "size_bytes": r.size_bytes,
             "latency": {str(b): {"p50": t.p50, "provenance": t.provenance} for b, t in r.latency.items()},
             "speed": {str(b): s.to_dict() for b, s in r.speed.items()},
-            "energy_j_per_unit": r.energy_j_per_unit, "energy_per": report.unit,
-            "energy_provenance": r.energy_provenance,
+            "energy_j_per_unit": r.energy.energy_j_per_sample, "energy_per": report.unit,
+            "energy_provenance": r.energy.provenance,
         } for r in report.results],
     }
 
@@ -93,7 +93,7 @@ def render_summary(reports: list[DeployReport]) -> str:
             lines.append(f"| {r.variant} | {r.runtime_label} | {r.evaluation.value:.4f} | "
                          f"{r.size_bytes / 1024:.1f} KiB | " + " | ".join(lat)
                          + (f" | {sp.value:.4g} {sp.unit}" if sp else " | -")
-                         + f" | {_fmt_j(r.energy_j_per_unit)} ({r.energy_provenance}) |")
+                         + f" | {_fmt_j(r.energy.energy_j_per_sample)} ({r.energy.provenance}) |")
         lines.append("")
         ratios = _int8_ratios(rep)
         if ratios:

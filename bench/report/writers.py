@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgesmith.bench.report.schema import DeployReport, Layer, ResultRow, as_report
 from edgesmith.common import write_json
 
 
@@ -31,14 +32,14 @@ def _fmt_j(j: float | None) -> str:
     return f"{j / 1e-12:.3g} pJ"
 
 
-def _coverage(layers: list[dict]) -> str:
+def _coverage(layers: list[Layer]) -> str:
     """How much of the model a pass's bits/weight describes: it counts the quantized layers only, so a convnet whose
     int4 pass reached only its classifier would otherwise read as a 5-bit model."""
     if not layers:
         return ""
-    done = [x for x in layers if x.get("action") == "quantized"]
-    total = sum(x.get("n_params") or 0 for x in layers)
-    share = f" ({100 * sum(x.get('n_params') or 0 for x in done) / total:.0f}% of their weights)" if total else ""
+    done = [x for x in layers if x.action == "quantized"]
+    total = sum(x.n_params or 0 for x in layers)
+    share = f" ({100 * sum(x.n_params or 0 for x in done) / total:.0f}% of their weights)" if total else ""
     return f", on {len(done)} of {len(layers)} weight layers{share}"
 
 
@@ -51,29 +52,30 @@ def _fmt_bytes(b: float | None) -> str:
     return f"{int(b)} B"
 
 
-def render_markdown(report: dict) -> str:
+def render_markdown(report: DeployReport | dict) -> str:
     """The human-readable page of a deploy report."""
-    ref = report["reference"]
-    metric = ref["evaluation"]["metric"]
-    unit = report.get("unit", "sample")
-    kind = report.get("kind", {}).get("name", "tensor")
-    batches = report["batch_sizes"]
+    report = as_report(report)
+    ref = report.reference
+    metric = ref.evaluation.metric
+    unit = report.unit
+    kind = report.kind_name
+    batches = report.batch_sizes
+    env = report.environment
     lines = [
-        f"# edgesmith deploy: {report['model']} ({kind}) on {report['target']['name']}",
+        f"# edgesmith deploy: {report.model} ({kind}) on {report.target.name}",
         "",
-        f"- date: {report['date']}; edgesmith {report['environment'].get('edgesmith', '?')}; "
-        f"seed {report['seed']}",
-        f"- machine: {report['environment'].get('cpu', '?')}, {report['environment'].get('cpu_count', '?')} cores; "
-        f"threads used: {report['threads']}",
-        f"- reference: {ref.get('runtime', 'torch')} ({ref.get('format', 'torch')}), {metric} = "
-        f"{ref['evaluation']['value']:.4f} on {ref['evaluation']['n_samples']} "
-        + (f"samples of {ref['evaluation']['extra']['data']}" if "data" in ref["evaluation"].get("extra", {})
-           else "held-out samples"),
-        f"- latency: **{report['plan']['latency_provenance']}**"
-        + (" (" + report["latency_method"] + ")" if report.get("latency_method") else ""),
+        f"- date: {report.date}; edgesmith {env.get('edgesmith', '?')}; "
+        f"seed {report.seed}",
+        f"- machine: {env.get('cpu', '?')}, {env.get('cpu_count', '?')} cores; "
+        f"threads used: {report.threads}",
+        f"- reference: {ref.runtime} ({ref.format}), {metric} = "
+        f"{ref.evaluation.value:.4f} on {ref.evaluation.n_samples} "
+        + (f"samples of {ref.evaluation.extra['data']}" if "data" in ref.evaluation.extra else "held-out samples"),
+        f"- latency: **{report.plan.latency_provenance}**"
+        + (" (" + report.latency_method + ")" if report.latency_method else ""),
         f"- speed: the {kind} kind's figure per timed call; energy per {unit}: see the provenance column; "
         "coefficients and sources are listed at the end of this page",
-        *([""] + [f"> **warning**: {w}" for w in report.get("warnings", [])] if report.get("warnings") else []),
+        *([""] + [f"> **warning**: {w}" for w in report.warnings] if report.warnings else []),
         "",
         "## Results",
         "",
@@ -82,92 +84,90 @@ def render_markdown(report: dict) -> str:
         + f" | energy / {unit} | energy provenance |",
         "|" + "---|" * (9 + 2 * len(batches)),
     ]
-    for r in report["results"]:
-        lat = r.get("latency", {})
+    for r in report.results:
         lat_cells, speed_cells = [], []
         for b in batches:
-            entry = lat.get(str(b))
-            lat_cells.append("-" if entry is None else f"{_fmt_s(entry['p50'])} ({entry['provenance'][:4]})")
-            sp = r.get("speed", {}).get(str(b))
-            speed_cells.append("-" if sp is None else f"{sp['value']:.4g} {sp['unit']}")
-        e = r.get("energy") or {}
+            entry = r.latency.get(b)
+            lat_cells.append("-" if entry is None else f"{_fmt_s(entry.p50)} ({entry.provenance[:4]})")
+            sp = r.speed.get(b)
+            speed_cells.append("-" if sp is None else f"{sp.value:.4g} {sp.unit}")
+        e = r.energy
         lines.append(
-            f"| {r['variant']} | {r['runtime_label']} | {r['evaluation']['value']:.4f} | "
-            f"{r['evaluation']['value'] - ref['evaluation']['value']:+.4f} | {_fmt_bytes(r['size_bytes'])} | "
-            f"{'-' if r.get('bits_per_weight') is None else format(r['bits_per_weight'], '.2f')} | "
-            f"{'-' if r.get('max_abs_diff') is None else format(r['max_abs_diff'], '.3g')} | "
+            f"| {r.variant} | {r.runtime_label} | {r.evaluation.value:.4f} | "
+            f"{r.evaluation.value - ref.evaluation.value:+.4f} | {_fmt_bytes(r.size_bytes)} | "
+            f"{'-' if r.bits_per_weight is None else format(r.bits_per_weight, '.2f')} | "
+            f"{'-' if r.max_abs_diff is None else format(r.max_abs_diff, '.3g')} | "
             + " | ".join(lat_cells) + " | " + " | ".join(speed_cells)
-            + f" | {_fmt_j(e.get('energy_j_per_sample'))} | {e.get('provenance', '-')}"
-            + (f": {e['method']}" if e.get("method") else "")
+            + f" | {_fmt_j(e.energy_j_per_sample)} | {e.provenance or '-'}"
+            + (f": {e.method}" if e.method else "")
             + " |"
         )
-    lines += _evaluation_detail(report["results"])
-    if report.get("failed_runs"):
+    lines += _evaluation_detail(report.results)
+    if report.failed_runs:
         lines += ["", "## Runs that failed (no figures for these)", "", "| variant | runtime | error |", "|---|---|---|"]
-        for f in report["failed_runs"]:
-            lines.append(f"| {f['variant']} | {f['runtime_label']} | {f['error'].replace('|', '/')} |")
+        for f in report.failed_runs:
+            lines.append(f"| {f.variant} | {f.runtime_label} | {f.error.replace('|', '/')} |")
     # latency detail
     lines += ["", "## Latency detail", "",
               "| variant | runtime | batch | provenance | p50 | p90 | p99 | cv | n | peak RSS |",
               "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in report["results"]:
-        for b, entry in r.get("latency", {}).items():
+    for r in report.results:
+        for b, entry in r.latency.items():
             lines.append(
-                f"| {r['variant']} | {r['runtime_label']} | {b} | {entry['provenance']} | {_fmt_s(entry['p50'])} | "
-                f"{_fmt_s(entry.get('p90'))} | {_fmt_s(entry.get('p99'))} | "
-                f"{'-' if entry.get('cv') is None else format(entry['cv'], '.2f')} | {entry.get('n', '-')} | "
-                f"{_fmt_bytes(entry.get('peak_rss_bytes'))} |"
+                f"| {r.variant} | {r.runtime_label} | {b} | {entry.provenance} | {_fmt_s(entry.p50)} | "
+                f"{_fmt_s(entry.p90)} | {_fmt_s(entry.p99)} | "
+                f"{'-' if entry.cv is None else format(entry.cv, '.2f')} | {'-' if entry.n is None else entry.n} | "
+                f"{_fmt_bytes(entry.peak_rss_bytes)} |"
             )
-    exact = [r for r in report["results"] if r.get("bit_exact_reference")]
+    exact = [r for r in report.results if r.bit_exact_reference]
     if exact:
         lines += ["", "## Check against the bit-exact reference model", "",
                   "| variant | runtime | reference | samples | max abs output difference | activity counts equal |",
                   "|---|---|---|---|---|---|"]
         for r in exact:
-            e = r["bit_exact_reference"]
-            lines.append(f"| {r['variant']} | {r['runtime_label']} | {e['runtime']} | {e['n_samples']} | "
+            e = r.bit_exact_reference
+            lines.append(f"| {r.variant} | {r.runtime_label} | {e['runtime']} | {e['n_samples']} | "
                          f"{e['max_abs_diff']:g} | {'yes' if e['activity_equal'] else 'NO'} |")
-    extra = [r for r in report["results"] if r.get("activity")]
+    extra = [r for r in report.results if r.activity]
     if extra:
-        lines += ["", f"## Neuromorphic activity (from the simulator's spikes, per {report.get('unit', 'sample')})", "",
+        lines += ["", f"## Neuromorphic activity (from the simulator's spikes, per {unit})", "",
                   "| variant | runtime | synaptic ops | neuron updates | messages | time steps |", "|---|---|---|---|---|---|"]
         for r in extra:
-            a = r["activity"]
-            lines.append(f"| {r['variant']} | {r['runtime_label']} | {a['synops']:.1f} | {a['neuron_updates']:.1f} | "
+            a = r.activity
+            lines.append(f"| {r.variant} | {r.runtime_label} | {a['synops']:.1f} | {a['neuron_updates']:.1f} | "
                          f"{a['messages']:.1f} | {a['timesteps']:.1f} |")
     lines += ood_markdown(report)
     # compression detail
     lines += ["", "## Compression passes", ""]
-    for v in report["variants"]:
-        for p in v["pass_reports"]:
-            cfg = p["config"]
-            skipped = p.get("skipped_layers") or []
+    for v in report.variants:
+        for p in v.pass_reports:
+            skipped = p.skipped_layers or []
             lines.append(
-                f"- **{v['name']}** / `{cfg['kind']}`: {_fmt_bytes(p['size_before_bytes'])} -> "
-                f"{_fmt_bytes(p['size_after_bytes'])}"
-                + (f", {p['bits_per_weight']:.2f} bits/weight" if p.get("bits_per_weight") is not None else "")
-                + _coverage(p.get("layers") or [])
+                f"- **{v.name}** / `{p.kind}`: {_fmt_bytes(p.size_before_bytes)} -> "
+                f"{_fmt_bytes(p.size_after_bytes)}"
+                + (f", {p.bits_per_weight:.2f} bits/weight" if p.bits_per_weight is not None else "")
+                + _coverage(p.layers or [])
                 + (f", skipped: {', '.join(skipped)}" if 0 < len(skipped) <= 4 else
                    f", skipped: {len(skipped)} layers (the table below names them)" if skipped else "")
-                + f" ({p['seconds']:.2f} s)"
+                + f" ({p.seconds:.2f} s)"
             )
-            for note in p.get("notes", []):
+            for note in p.notes:
                 lines.append(f"  - {note}")
-            if p.get("layers"):
+            if p.layers:
                 lines.append("")
                 lines.append("  | layer | action | bits/weight | params | error |")
                 lines.append("  |---|---|---|---|---|")
-                for layer in p["layers"]:
+                for layer in p.layers:
                     err = ", ".join(f"{k}={v:.2f}" if isinstance(v, (int, float)) else f"{k}={v}"
-                                    for k, v in layer.get("error", {}).items())
-                    where = f" (in {layer['graph']})" if layer.get("graph") else ""
+                                    for k, v in layer.error.items())
+                    where = f" (in {layer.graph})" if layer.graph else ""
                     lines.append(
-                        f"  | {layer['name']}{where} | {layer['action']} | "
-                        f"{'-' if layer.get('bits_per_weight') is None else format(layer['bits_per_weight'], '.2f')} | "
-                        f"{layer.get('n_params', '-')} | {err or layer.get('reason', '-')} |"
+                        f"  | {layer.name}{where} | {layer.action} | "
+                        f"{'-' if layer.bits_per_weight is None else format(layer.bits_per_weight, '.2f')} | "
+                        f"{'-' if layer.n_params is None else layer.n_params} | {err or layer.reason or '-'} |"
                     )
                 lines.append("")
-            sens = p.get("extra", {}).get("sensitivity")
+            sens = p.extra.get("sensitivity")
             if sens:
                 lines += ["  Sensitivity (one layer quantized at a time):", "",
                           "  | layer | metric | Δ vs fp32 |", "  |---|---|---|"]
@@ -176,41 +176,42 @@ def render_markdown(report: dict) -> str:
                 lines.append("")
     # estimates' sources
     lines += ["", "## Where the figures come from", ""]
-    lines.append(f"- Target `{report['target']['name']}`: cost model `{report['target']['cost_model']}`.")
-    for c in report["target"]["coefficients"]:
-        lines.append(f"  - {c['name']} = {c['value']:g} {c['unit']} ({c['source']})")
-    for note in report["plan"].get("notes", []) + report.get("notes", []):
+    lines.append(f"- Target `{report.target.name}`: cost model `{report.target.cost_model}`.")
+    for c in report.target.coefficients:
+        lines.append(f"  - {c.name} = {c.value:g} {c.unit} ({c.source})")
+    for note in report.plan.notes + report.notes:
         lines.append(f"- {note}")
-    if report.get("plots"):
-        lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in report["plots"]]
+    if report.plots:
+        lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in report.plots]
     return "\n".join(lines) + "\n"
 
 
-def plot_report(report: dict, folder: Path) -> list[str]:
+def plot_report(report: DeployReport | dict, folder: Path) -> list[str]:
     """Latency distributions, metric vs size, per-layer error. Returns the written file names."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    report = as_report(report)
     written = []
-    metric = report["reference"]["evaluation"]["metric"]
+    metric = report.reference.evaluation.metric
 
     # latency distribution per (variant, runtime), one panel per batch size, measured figures only
-    measured = [(r, b, e) for r in report["results"] for b, e in r.get("latency", {}).items()
-                if e.get("provenance") == "measured" and e.get("samples_s")]
+    measured = [(r, b, e) for r in report.results for b, e in r.latency.items()
+                if e.provenance == "measured" and e.samples_s]
     if measured:
-        batches = sorted({b for _, b, _ in measured}, key=int)
+        batches = sorted({b for _, b, _ in measured})
         fig, axes = plt.subplots(1, len(batches), figsize=(6 * len(batches), 4), squeeze=False)
         for ax, b in zip(axes[0], batches):
             rows = [(r, e) for r, bb, e in measured if bb == b]
-            data = [np.asarray(e["samples_s"]) * 1e3 for _, e in rows]
+            data = [np.asarray(e.samples_s) * 1e3 for _, e in rows]
             ax.boxplot(data, orientation="horizontal", showfliers=True, whis=(1, 99))
-            ax.set_yticks(range(1, len(rows) + 1), [f"{r['variant']}\n{r['runtime_label']}" for r, _ in rows], fontsize=8)
+            ax.set_yticks(range(1, len(rows) + 1), [f"{r.variant}\n{r.runtime_label}" for r, _ in rows], fontsize=8)
             ax.set_xscale("log")
             ax.set_xlabel("latency per call (ms, log scale); whiskers p1-p99")
             ax.set_title(f"batch {b} (measured)")
-        fig.suptitle(f"{report['model']} on {report['target']['name']}: latency distribution")
+        fig.suptitle(f"{report.model} on {report.target.name}: latency distribution")
         fig.tight_layout()
         fig.savefig(folder / "latency.png", dpi=110)
         plt.close(fig)
@@ -218,14 +219,14 @@ def plot_report(report: dict, folder: Path) -> list[str]:
 
     # metric vs size on disk
     fig, ax = plt.subplots(figsize=(6, 4))
-    ref = report["reference"]
-    ax.scatter([ref["size_bytes"] / 1024], [ref["evaluation"]["value"]], marker="*", s=150, c="k",
-               label=f"reference ({ref.get('runtime', 'torch')})")
-    for r in report["results"]:
-        ax.scatter([r["size_bytes"] / 1024], [r["evaluation"]["value"]], label=f"{r['variant']} / {r['runtime_label']}")
+    ref = report.reference
+    ax.scatter([ref.size_bytes / 1024], [ref.evaluation.value], marker="*", s=150, c="k",
+               label=f"reference ({ref.runtime})")
+    for r in report.results:
+        ax.scatter([r.size_bytes / 1024], [r.evaluation.value], label=f"{r.variant} / {r.runtime_label}")
     ax.set_xlabel("size on disk (KiB)")
     ax.set_ylabel(metric)
-    ax.set_title(f"{report['model']} on {report['target']['name']}: {metric} vs size")
+    ax.set_title(f"{report.model} on {report.target.name}: {metric} vs size")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(folder / "metric_vs_size.png", dpi=110)
@@ -234,15 +235,15 @@ def plot_report(report: dict, folder: Path) -> list[str]:
 
     # per-layer error of each quantizing pass
     layer_rows = []
-    for v in report["variants"]:
-        for p in v["pass_reports"]:
-            for layer in p.get("layers", []):
-                err = layer.get("error", {})
+    for v in report.variants:
+        for p in v.pass_reports:
+            for layer in p.layers:
+                err = layer.error
                 # a layer whose output the quantizer fused away (ReLU merged into a MatMul) has no output
                 # SQNR: fall back to its weight SQNR rather than plotting a missing value
                 key = next((k for k in ("output_sqnr_db", "weight_sqnr_db") if err.get(k) is not None), None)
                 if key is not None:
-                    layer_rows.append((f"{v['name']}:{p['config']['kind']}", layer["name"], key, err[key]))
+                    layer_rows.append((f"{v.name}:{p.kind}", layer.name, key, err[key]))
     if layer_rows:
         groups = sorted({g for g, *_ in layer_rows})
         fig, ax = plt.subplots(figsize=(7, 0.35 * len(layer_rows) + 1.5))
@@ -260,10 +261,12 @@ def plot_report(report: dict, folder: Path) -> list[str]:
     return written
 
 
-def ood_markdown(report: dict) -> list[str]:
-    """The OOD-monitor section (bench.measure.ood_monitor): each score's AUROC and its shift against fp32."""
-    ref = report.get("ood_reference")
-    rows = [r for r in report["results"] if r.get("ood")]
+def ood_markdown(report: DeployReport | dict) -> list[str]:
+    """The OOD-monitor section (bench.measure.ood_monitor): each score's AUROC and its shift against fp32. The
+    section's own shape is the monitor's (``ood_entry``), read as it writes it."""
+    report = as_report(report)
+    ref = report.ood_reference
+    rows = [r for r in report.results if r.ood]
     if not ref or not rows:
         return []
     sets = [k for k in ref["auroc"]["msp"] if k != "pooled"]
@@ -275,7 +278,7 @@ def ood_markdown(report: dict) -> list[str]:
              "",
              "| variant | runtime | score | " + " | ".join(sets) + " | pooled | KS ID | KS OOD | mean shift ID | ID flagged |",
              "|" + "---|" * (8 + len(sets))]
-    entries = [("torch fp32", "torch", ref)] + [(r["variant"], r["runtime_label"], r["ood"]) for r in rows]
+    entries = [("torch fp32", "torch", ref)] + [(r.variant, r.runtime_label, r.ood) for r in rows]
     for variant, rt, e in entries:
         for s in scores:
             a = e["auroc"][s]
@@ -289,10 +292,11 @@ def ood_markdown(report: dict) -> list[str]:
     return lines
 
 
-def plot_ood(report: dict, folder: Path) -> list[str]:
+def plot_ood(report: DeployReport | dict, folder: Path) -> list[str]:
     """One PNG: per score, ID and pooled-OOD score histograms of each run over the fp32 reference's."""
-    ref = report.get("ood_reference")
-    rows = [r for r in report["results"] if r.get("ood")]
+    report = as_report(report)
+    ref = report.ood_reference
+    rows = [r for r in report.results if r.ood]
     if not ref or not rows:
         return []
     import matplotlib
@@ -306,17 +310,17 @@ def plot_ood(report: dict, folder: Path) -> list[str]:
         edges = np.asarray(ref["hist"][s]["edges"])
         for j, r in enumerate(rows):
             ax = axes[i, j]
-            for src, style in ((ref, {"ls": "--", "alpha": 0.6}), (r["ood"], {})):
+            for src, style in ((ref, {"ls": "--", "alpha": 0.6}), (r.ood, {})):
                 h = src["hist"][s]
                 for part, color in (("id", "C0"), ("ood", "C3")):
                     counts = np.asarray(h[part], dtype=float)
                     ax.stairs(counts / max(counts.sum(), 1), edges, **({"color": color} | style),
                               label=f"{'fp32' if src is ref else 'this'} {part.upper()}")
-            ax.set_title(f"{s}: {r['variant']} / {r['runtime_label']}", fontsize=8)
+            ax.set_title(f"{s}: {r.variant} / {r.runtime_label}", fontsize=8)
             ax.tick_params(labelsize=7)
             if i == 0 and j == 0:
                 ax.legend(fontsize=6)
-    fig.suptitle(f"{report['model']}: OOD score distributions, this run (solid) vs torch fp32 (dashed); blue ID, red OOD")
+    fig.suptitle(f"{report.model}: OOD score distributions, this run (solid) vs torch fp32 (dashed); blue ID, red OOD")
     fig.tight_layout()
     fig.savefig(folder / "ood_scores.png", dpi=100)
     plt.close(fig)
@@ -331,12 +335,12 @@ def write_report(report: dict, folder: Path) -> None:
     (folder / "report.md").write_text(render_markdown(report))
 
 
-def _evaluation_detail(results: list[dict], max_columns: int = 8) -> list[str]:
+def _evaluation_detail(results: list[ResultRow], max_columns: int = 8) -> list[str]:
     """The producer's further scores per row (its evaluation's scalar ``extra`` figures, e.g. the denoiser's
     SI-SNR improvement and STOI); nothing when no row has any."""
     keys: list[str] = []
     for r in results:
-        for k, v in (r["evaluation"].get("extra") or {}).items():
+        for k, v in r.evaluation.extra.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("n_") and k not in keys:
                 keys.append(k)
     keys = keys[:max_columns]
@@ -345,7 +349,7 @@ def _evaluation_detail(results: list[dict], max_columns: int = 8) -> list[str]:
     lines = ["", "## Evaluation detail", "", "| variant | runtime | " + " | ".join(keys) + " |",
              "|---|---|" + "---|" * len(keys)]
     for r in results:
-        extra = r["evaluation"].get("extra") or {}
+        extra = r.evaluation.extra
         cells = [format(extra[k], ".4g") if isinstance(extra.get(k), (int, float)) else "-" for k in keys]
-        lines.append(f"| {r['variant']} | {r['runtime_label']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {r.variant} | {r.runtime_label} | " + " | ".join(cells) + " |")
     return lines
