@@ -41,6 +41,7 @@ from pathlib import Path
 
 from edgesmith import __version__
 from edgesmith.bench.recipe import INPUT_PATHS, anchored, check_deploy_table, deploy_options, merged, read_toml
+from edgesmith.bench.report.schema import SweepReport, as_sweep_report
 from edgesmith.common import EdgesmithError, Interrupted, atomic_path, check_output_path, scratch_dir, write_json
 from edgesmith.common.checks import is_int
 
@@ -530,25 +531,26 @@ def _fmt(v, unit=""):
     return "-" if v is None else f"{v:.4g}{unit}"
 
 
-def markdown(report: dict) -> str:
-    run, rows = report["run"], report["rows"]
+def markdown(report: SweepReport | dict) -> str:
+    report = as_sweep_report(report)
+    run, rows = report.run, report.rows
     lines = ["# Sweep", "",
-             f"Recipe `{run['recipe']}`: {len(report['cells'])} cells; this run ran {run['ran']}, found {run['cached']} "
-             f"done before, {run['failed']} failed; {run['wall_s']:.1f} s wall "
-             + (f"on Ray ({run['ray']})" if run["ray"] else f"with {run['workers']} local worker(s)")
-             + f", {run['threads_per_cell']} thread(s) per cell.", ""]
-    if (run["workers"] or 0) > 1 or run["ray"]:
+             f"Recipe `{run.recipe}`: {len(report.cells)} cells; this run ran {run.ran}, found {run.cached} "
+             f"done before, {run.failed} failed; {run.wall_s:.1f} s wall "
+             + (f"on Ray ({run.ray})" if run.ray else f"with {run.workers} local worker(s)")
+             + f", {run.threads_per_cell} thread(s) per cell.", ""]
+    if (run.workers or 0) > 1 or run.ray:
         lines += ["Measured latencies of cells that ran at the same time on one machine shared its cores and memory "
                   "bandwidth: compare them within a sweep, or rerun with `--workers 1` for figures of a quiet machine.",
                   ""]
     lines += ["| cell | params | status | cell wall (s) |", "|---|---|---|---|"]
-    for c in report["cells"]:
-        lines.append(f"| {c['index']} | {', '.join(f'{k}={v}' for k, v in c['params'].items())} | {c['status']}"
-                     + (f": {c['error']}" if c["error"] else "") + f" | {_fmt(c['wall_s'])} |")
+    for c in report.cells:
+        lines.append(f"| {c.index} | {', '.join(f'{k}={v}' for k, v in c.params.items())} | {c.status}"
+                     + (f": {c.error}" if c.error else "") + f" | {_fmt(c.wall_s)} |")
     on_front = {}
-    for f in report["fronts"]:
-        for i in f["rows"]:
-            on_front.setdefault(i, []).append(f["cost"].split("_")[0])
+    for f in report.fronts:
+        for i in f.rows:
+            on_front.setdefault(i, []).append(f.cost.split("_")[0])
     lines += ["", "Every row: one variant in one runtime of one cell. Latency is batch-1 p50; energy per "
               "sample. Each figure carries its provenance (measured here, or estimated by the target's cost "
               "model: coefficients and sources in each cell's deploy report). front: the costs on whose "
@@ -556,37 +558,38 @@ def markdown(report: dict) -> str:
               "| cell | params | target | variant | runtime | metric | size | latency | energy | front |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(rows):
-        lines.append(f"| {r['cell']} | {', '.join(f'{k}={v}' for k, v in r['params'].items())} | {r['target']} | "
-                     f"{r['variant']} | {r['runtime']} | {r['metric']} {r['value']:.4g} | {r['size_bytes'] / 1024:.1f} KiB | "
-                     f"{_fmt(r['latency_s'], ' s')} ({r['latency_provenance']}) | {_fmt(r['energy_j'], ' J')} "
-                     f"({r['energy_provenance']}) | {', '.join(on_front.get(i, [])) or '-'} |")
+        lines.append(f"| {r.cell} | {', '.join(f'{k}={v}' for k, v in r.params.items())} | {r.target} | "
+                     f"{r.variant} | {r.runtime} | {r.metric} {r.value:.4g} | {r.size_bytes / 1024:.1f} KiB | "
+                     f"{_fmt(r.latency_s, ' s')} ({r.latency_provenance}) | {_fmt(r.energy_j, ' J')} "
+                     f"({r.energy_provenance}) | {', '.join(on_front.get(i, [])) or '-'} |")
     lines += ["", "![Pareto fronts](pareto.png)", ""]
     return "\n".join(lines)
 
 
-def plot(report: dict, path: Path) -> None:
+def plot(report: SweepReport | dict, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = report["rows"]
-    groups = sorted({(r["target"], r["metric"]) for r in rows})
+    report = as_sweep_report(report)
+    rows = report.rows
+    groups = sorted({(r.target, r.metric) for r in rows})
     if not groups:
         return
     fig, axes = plt.subplots(len(groups), len(COSTS), figsize=(4.2 * len(COSTS), 3.6 * len(groups)), squeeze=False)
     for gi, (target, metric) in enumerate(groups):
         for ci, (cost, label) in enumerate(COSTS):
             ax = axes[gi][ci]
-            group = [r for r in rows if r["target"] == target and r["metric"] == metric and r.get(cost) is not None]
-            for variant in sorted({r["variant"] for r in group}):
-                pts = [r for r in group if r["variant"] == variant]
-                ax.scatter([r[cost] for r in pts], [r["value"] for r in pts], s=18, label=variant)
-            for f in report["fronts"]:
-                if (f["target"], f["metric"], f["cost"]) == (target, metric, cost):
-                    front = [rows[i] for i in f["rows"]]
-                    ax.plot([r[cost] for r in front], [r["value"] for r in front], "k--", lw=1,
-                            label=f"front ({f['provenance']})" if cost != "size_bytes" else "front")
+            group = [r for r in rows if r.target == target and r.metric == metric and r.cost(cost) is not None]
+            for variant in sorted({r.variant for r in group}):
+                pts = [r for r in group if r.variant == variant]
+                ax.scatter([r.cost(cost) for r in pts], [r.value for r in pts], s=18, label=variant)
+            for f in report.fronts:
+                if (f.target, f.metric, f.cost) == (target, metric, cost):
+                    front = [rows[i] for i in f.rows]
+                    ax.plot([r.cost(cost) for r in front], [r.value for r in front], "k--", lw=1,
+                            label=f"front ({f.provenance})" if cost != "size_bytes" else "front")
             ax.set_xscale("log")
             ax.set_xlabel(label)
             ax.set_ylabel(metric)

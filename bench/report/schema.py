@@ -270,3 +270,83 @@ class DeployReport(_Record):
 def as_report(report: Any) -> DeployReport:
     """A ``DeployReport`` from one, or from the dict a deploy builds."""
     return report if isinstance(report, DeployReport) else DeployReport.from_dict(report)
+
+
+# --- the sweep's merged report (sweep.json) -------------------------------------------------------------------
+
+@dataclass
+class SweepRun(_Record):
+    recipe: str = ""
+    ran: int = 0
+    cached: int = 0
+    failed: int = 0
+    wall_s: float = 0.0
+    workers: int | None = None
+    ray: str | None = None
+    threads_per_cell: int = 1
+
+
+@dataclass
+class SweepCell(_Record):
+    index: int = 0
+    key: str = ""
+    params: dict = field(default_factory=dict)
+    spec: dict = field(default_factory=dict)
+    status: str = ""
+    wall_s: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class SweepRow(_Record):
+    """One variant in one runtime of one cell, with the costs a Pareto front is drawn against."""
+
+    cell: int = 0
+    key: str = ""
+    params: dict = field(default_factory=dict)
+    model: str = ""
+    target: str = ""
+    variant: str = ""
+    runtime: str = ""
+    metric: str = ""
+    higher_is_better: bool = True
+    value: float = 0.0
+    size_bytes: int = 0
+    latency_s: float | None = None
+    latency_provenance: str | None = None
+    energy_j: float | None = None
+    energy_provenance: str | None = None
+    energy_per: str = "sample"
+
+    def cost(self, name: str) -> float | None:
+        """The cost a front is drawn against: size_bytes, latency_s or energy_j."""
+        if name not in ("size_bytes", "latency_s", "energy_j"):
+            raise ValueError(f"no cost {name!r}")
+        return getattr(self, name)
+
+
+@dataclass
+class Front(_Record):
+    target: str = ""
+    metric: str = ""
+    cost: str = ""
+    provenance: str = ""
+    rows: list[int] = field(default_factory=list)
+
+
+@dataclass
+class SweepReport(_Record):
+    run: SweepRun = field(default_factory=SweepRun)
+    cells: list[SweepCell] = field(default_factory=list)
+    rows: list[SweepRow] = field(default_factory=list)
+    fronts: list[Front] = field(default_factory=list)
+    _nested: ClassVar = {"run": _one(SweepRun), "cells": _many(SweepCell), "rows": _many(SweepRow),
+                         "fronts": _many(Front)}
+
+    @classmethod
+    def load(cls, path: str | Path) -> "SweepReport":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def as_sweep_report(report: Any) -> SweepReport:
+    return report if isinstance(report, SweepReport) else SweepReport.from_dict(report)
