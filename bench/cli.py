@@ -214,8 +214,12 @@ def cmd_bench(args) -> int:
 def cmd_deploy(args) -> int:
     from edgesmith.bench.pipeline.deploy import deploy
 
+    from edgesmith.bench.report.schema import DeployReport
+
     recipe = load_recipe(args.recipe)
     out = deploy(deploy_options(args, recipe))
+    for name, why in DeployReport.load(out / "report.json").plan.not_built.items():
+        print(f"not built: {name}: {why}")  # a variant the user may have expected, said where they look
     print(f"report: {out / 'report.md'}")
     return 0
 

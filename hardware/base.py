@@ -123,10 +123,13 @@ class Plan:
     variants: list[Variant]
     latency_provenance: str  # "measured" or "estimated"
     notes: list[str] = field(default_factory=list)
+    # variants the target would build that this model or these options rule out, each with why: shown at the top
+    # of the report and printed by the CLI, so a missing int8 row is never found only at the end of a page
+    not_built: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"target": self.target, "latency_provenance": self.latency_provenance,
-                "variants": [v.to_dict() for v in self.variants], "notes": self.notes}
+                "variants": [v.to_dict() for v in self.variants], "notes": self.notes, "not_built": self.not_built}
 
 
 @dataclass

@@ -336,6 +336,11 @@ def _kept(n: int) -> str:
     return f" but the {n} most sensitive layer(s) at 8 bits" if n else ""
 
 
+def _asked(hints: dict, options: PlanOptions) -> dict:
+    """The variants ruled out that the user did not leave out anyway (all of them when no --variant was given)."""
+    return {n: w for n, w in hints.items() if not options.variants or n in options.variants}
+
+
 def module_fits(target: Target, producer) -> None:
     """Refuse a plan whose fp32 model exceeds the target's memory (only when the model is built)."""
     module = getattr(producer, "module_", None)
@@ -416,7 +421,7 @@ class HostCpu(Target):
         notes += [f"variant {name} not built: {why}" for name, why in hints.items()]
         notes += [f"runtime {name} left out for this model: {why}" for name, why in skip.items()]
         return Plan(self.name, select_variants(self.name, variants, options.variants, unavailable),
-                    self.latency_provenance, notes)
+                    self.latency_provenance, notes, not_built=_asked(hints, options))
 
     def plan_tree_policy(self, producer, options: PlanOptions, kopts) -> Plan:
         """The Numba engine itself, its ONNX TreeEnsemble export in onnxruntime and its C export as a .so."""

@@ -201,6 +201,7 @@ class PlanInfo(_Record):
     target: str = ""
     latency_provenance: str = ""
     notes: list[str] = field(default_factory=list)
+    not_built: dict[str, str] = field(default_factory=dict)  # variant -> why (reports since 2026-12-07)
 
 
 @dataclass

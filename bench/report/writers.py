@@ -73,6 +73,7 @@ def render_markdown(report: DeployReport | dict) -> str:
         + (f"samples of {ref.evaluation.extra['data']}" if "data" in ref.evaluation.extra else "held-out samples"),
         f"- latency: **{report.plan.latency_provenance}**"
         + (" (" + report.latency_method + ")" if report.latency_method else ""),
+        *[f"- **not built: {name}**: {why}" for name, why in report.plan.not_built.items()],
         f"- speed: the {kind} kind's figure per timed call; energy per {unit}: see the provenance column; "
         "coefficients and sources are listed at the end of this page",
         *([""] + [f"> **warning**: {w}" for w in report.warnings] if report.warnings else []),

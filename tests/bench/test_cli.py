@@ -231,3 +231,19 @@ def test_recipe_model_options_reach_the_producer(capsys, tmp_path):
     recipe.write_text('model = "digits-mlp"\ntarget = "host-cpu"\n[model_options]\nno_such = 1\n')
     code, _, err = run_cli(capsys, "deploy", "--recipe", recipe, "--out", tmp_path / "r")
     assert_user_error(code, err, "does not take the option(s)", "no_such")
+
+
+def test_a_variant_the_model_rules_out_is_printed_and_heads_the_report(capsys, tmp_path):
+    # an ONNX file without calibration data gets no int8 on the Jetson: the user must see it at once, not find a
+    # note at the end of the page
+    from edgesmith.bench.fuzz import matmul_onnx
+
+    model = matmul_onnx(tmp_path / "m.onnx", 64, 10)
+    code, out, _ = run_cli(capsys, "deploy", model, "--target", "jetson-orin-nano", "--input-shape", "64",
+                           "--out", tmp_path / "r", "--quiet")
+    assert code == 0
+    assert "not built: int8: no calibration data was given" in out and "--calibration-data" in out
+    head = (tmp_path / "r" / "report.md").read_text().splitlines()[:8]
+    assert any(line.startswith("- **not built: int8**") for line in head)
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert set(report["plan"]["not_built"]) == {"int8"} and [r["variant"] for r in report["results"]] == ["fp32"]
