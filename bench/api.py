@@ -82,6 +82,7 @@ def _names(value, name: str) -> tuple[str, ...]:
 
 def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, options: dict | None = None,
            model_options: dict | None = None, variants=(), batch_sizes=None, reps: int = 200, warmup: int = 20,
+           latency_precision: float = 0.03,
            seed: int = 0, threads: int = 0, n_calibration: int | None = None, calibration_select: str = "first",
            tvm: bool = True, tvm_tune_trials: int = 0, sensitivity: bool = False, force: bool = False,
            progress: bool = False, calibration_data=None, train_data=None, eval_data=None, labels=None, metric: str | None = None,
@@ -105,6 +106,7 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
     out = _out(out) if out is not None else Path(f"runs/{model}-{target}")
     opts = DeployOptions(model=model, target=target, out=out, force=force, seed=seed,
                          threads=threads, batch_sizes=batch_sizes, warmup=warmup, reps=reps,
+                         latency_precision=latency_precision,
                          n_calibration=n_calibration, calibration_select=calibration_select, sensitivity=sensitivity,
                          progress=progress, model_options=_table(model_options, "model_options"),
                          calibration_data=_path(calibration_data, "calibration_data"),

@@ -276,7 +276,10 @@ def _add_deploy_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, help="threads for every runtime (default: all cores)")
     p.add_argument("--batch", type=int, action="append", help="batch size to time (repeatable; default: the kind's)")
     p.add_argument("--warmup", type=int)
-    p.add_argument("--reps", type=int)
+    p.add_argument("--reps", type=int, help="the most timed calls per batch size (default 200)")
+    p.add_argument("--latency-precision", dest="latency_precision", type=float,
+                   help="stop timing a batch size once its p50 is known to this fraction (default 0.03, i.e. +-3%%; "
+                        "0 times every --reps call)")
     p.add_argument("--n-calibration", dest="n_calibration", type=int, help="calibration samples (default: the kind's)")
     p.add_argument("--calibration-select", dest="calibration_select",
                    help="how calibration samples are chosen: first (default), random or influence")

@@ -34,13 +34,14 @@ TOP = {"model": str, "target": str, "out": str, "seed": int, "threads": int, "fo
        "trust_model_file": bool,
        "calibration_data": str, "train_data": str, "eval_data": str, "labels": str, "metric": str, "input_shape": list}
 PLAN = {"tvm": bool, "tvm_tune_trials": int, "tvm_records": bool, "variants": list}
-BENCH = {"batch_sizes": list, "warmup": int, "reps": int, "n_calibration": int, "calibration_select": str}
+BENCH = {"batch_sizes": list, "warmup": int, "reps": int, "latency_precision": (int, float), "n_calibration": int,
+         "calibration_select": str}
 TABLES = {"plan": PLAN, "bench": BENCH, "options": None, "model_options": None}
-_TYPE_NAMES = {str: "a string", int: "a whole number", bool: "true or false", list: "a list"}
+_TYPE_NAMES = {str: "a string", int: "a whole number", bool: "true or false", list: "a list", (int, float): "a number"}
 
 
 def _check_value(where: str, key: str, value, expected) -> None:
-    ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
+    ok = isinstance(value, expected) and not (expected is not bool and isinstance(value, bool))
     if not ok:
         raise EdgesmithError(f"{where}: {key} is {value!r}, not {_TYPE_NAMES[expected]}.",
                              f"write {key} as {_TYPE_NAMES[expected]} (see the recipe example in the README).")
@@ -179,7 +180,7 @@ def deploy_options(args, recipe: dict, overrides: dict | None = None):
     plan_kw["options"] = {**recipe.get("options", {}), **parse_key_values(getattr(args, "option", None), "--option")}
     if getattr(args, "batch", None):
         bench_kw["batch_sizes"] = tuple(args.batch)
-    for name in ("warmup", "reps", "n_calibration", "calibration_select"):
+    for name in ("warmup", "reps", "latency_precision", "n_calibration", "calibration_select"):
         v = getattr(args, name, None)
         if v is not None:
             bench_kw[name] = v

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -102,6 +103,12 @@ def _check_counts(warmup: int, reps: int, min_time_s: float) -> None:
                              "pass 0 to time exactly reps calls.")
 
 
+def _check_precision(precision) -> None:
+    if isinstance(precision, bool) or not isinstance(precision, (int, float)) or not 0 <= precision < 1:
+        raise EdgesmithError(f"latency precision must be a fraction from 0 to below 1, got {precision!r}.",
+                             "pass e.g. 0.03 (stop once the p50 is known to +-3%), or 0 to time every call asked for.")
+
+
 def _as_inputs(inputs):
     """Inputs in the form a runtime computes with (float64 -> float32, other dtypes kept), one array or a
     dict of named arrays (several inputs, or a step graph's input and state), batch first."""
@@ -118,15 +125,41 @@ def _batch_of(x) -> int:
     return int(next(iter(x.values())).shape[0]) if isinstance(x, dict) else int(x.shape[0])
 
 
+MIN_CALLS_FOR_PRECISION = 20  # the p50's interval needs this many calls before it may end the timing
+
+
+def median_interval(samples) -> tuple[float, float]:
+    """The distribution-free 95% confidence interval of the median of ``samples`` (order statistics: ranks
+    n/2 -+ 0.98 sqrt(n), the normal approximation of the binomial), as (low, high)."""
+    x = np.sort(np.asarray(samples, dtype=np.float64))
+    n = len(x)
+    half = 0.98 * math.sqrt(n)
+    lo, hi = max(int(math.floor(n / 2 - half)), 0), min(int(math.ceil(n / 2 + half)), n - 1)
+    return float(x[lo]), float(x[hi])
+
+
+def p50_known(samples, precision: float) -> bool:
+    """Whether the median's 95% interval lies within +-``precision`` of the median itself."""
+    if len(samples) < MIN_CALLS_FOR_PRECISION:
+        return False
+    lo, hi = median_interval(samples)
+    med = float(np.median(samples))
+    return med > 0 and (hi - lo) / 2 <= precision * med
+
+
 def measure_latency(runtime: Runtime, inputs, *, warmup: int = 20, reps: int = 200, min_time_s: float = 0.0,
-                    method: str | None = None) -> LatencyStats:
+                    method: str | None = None, precision: float = 0.0) -> LatencyStats:
     """Time ``runtime.run(inputs)`` call by call with ``time.perf_counter_ns``.
 
     ``warmup`` untimed calls come first (first calls pay for allocation, kernel selection, caches).
-    Then at least ``reps`` calls are timed, and more until their total reaches ``min_time_s``. Inputs
-    are converted once (contiguous, float32 for floats), so the timed calls do not include a conversion.
+    Then at least ``reps`` calls are timed, and more until their total reaches ``min_time_s``. With
+    ``precision`` > 0, ``reps`` is the most: the timing stops once ``min_time_s`` is spent and the p50's 95%
+    interval is within +-``precision`` of it (checked every 10 calls from the 20th), so a slow call on a big
+    batch is not repeated 200 times to learn what 40 calls already tell. Inputs are converted once
+    (contiguous, float32 for floats), so the timed calls do not include a conversion.
     """
     _check_counts(warmup, reps, min_time_s)
+    _check_precision(precision)
     if not hasattr(runtime, "artifact_"):
         raise EdgesmithError(f"runtime {runtime.name!r} has no model loaded.", "call runtime.load(artifact) first.")
     x = _as_inputs(inputs)
@@ -142,6 +175,9 @@ def measure_latency(runtime: Runtime, inputs, *, warmup: int = 20, reps: int = 2
         dt = clock() - t0
         samples_ns.append(dt)
         spent_ns += dt
+        if (precision > 0 and spent_ns >= budget_ns and len(samples_ns) % 10 == 0
+                and p50_known(samples_ns, precision)):
+            break
     return LatencyStats.from_samples(np.asarray(samples_ns, dtype=np.float64) * 1e-9, warmup=int(warmup),
                                      threads=runtime.threads, batch=_batch_of(x), runtime=runtime.name,
                                      method=method or METHOD_IN_PROCESS)
@@ -204,14 +240,15 @@ def _save_torch_program(artifact: Artifact, x: np.ndarray, path: Path) -> str | 
 
 
 def _measure_here(runtime_name: str, artifact: Artifact, x: np.ndarray, *, threads, warmup, reps, min_time_s,
-                  runtime_options: dict, why: str) -> IsolatedResult:
+                  runtime_options: dict, why: str, precision: float = 0.0) -> IsolatedResult:
     rt = get_runtime(runtime_name, threads=threads, **runtime_options)
     before = current_rss_bytes()
     rt.load(artifact)
     after = current_rss_bytes()
     method = (f"{METHOD_IN_PROCESS} (torch.export failed: {why}; memory figures belong to this shared "
               f"process, not to the artifact alone)")
-    stats = measure_latency(rt, x, warmup=warmup, reps=reps, min_time_s=min_time_s, method=method)
+    stats = measure_latency(rt, x, warmup=warmup, reps=reps, min_time_s=min_time_s, method=method,
+                            precision=precision)
     outputs = rt.run(x).outputs
     mem = MemoryStats(artifact_size_bytes(artifact), before, after, peak_rss_bytes(), isolated=False)
     return IsolatedResult(stats, mem, outputs, isolated=False)
@@ -247,7 +284,7 @@ def _run_worker(workdir: Path, threads: int | None, timeout_s: float, what: str)
 
 def measure_isolated(runtime_name: str, artifact: Artifact, inputs, *, threads: int | None, warmup: int = 20,
                      reps: int = 200, min_time_s: float = 0.0, runtime_options: dict | None = None,
-                     timeout_s: float = 600) -> IsolatedResult:
+                     timeout_s: float = 600, precision: float = 0.0) -> IsolatedResult:
     """Measure latency and memory of ``artifact`` on ``runtime_name`` in a fresh Python process.
 
     File artifacts (onnx, lava) are loaded by path in the worker; a torch module is saved with
@@ -256,6 +293,7 @@ def measure_isolated(runtime_name: str, artifact: Artifact, inputs, *, threads: 
     worker's OMP_NUM_THREADS.
     """
     _check_counts(warmup, reps, min_time_s)
+    _check_precision(precision)
     if threads is not None and (int(threads) != threads or threads < 1):
         raise EdgesmithError(f"threads must be a whole number >= 1 or None, got {threads!r}.", "pass e.g. threads=2.")
     x = _as_inputs(inputs)
@@ -274,7 +312,7 @@ def measure_isolated(runtime_name: str, artifact: Artifact, inputs, *, threads: 
             why = _save_torch_program(artifact, x, program)
             if why is not None:
                 return _measure_here(runtime_name, artifact, x, threads=threads, warmup=warmup, reps=reps,
-                                     min_time_s=min_time_s, runtime_options=opts, why=why)
+                                     min_time_s=min_time_s, runtime_options=opts, why=why, precision=precision)
             spec_artifact["path"] = str(program)
         elif artifact.path is None:  # another in-memory model (a tree ensemble): its own save/load, by class
             module = artifact.module
@@ -290,7 +328,8 @@ def measure_isolated(runtime_name: str, artifact: Artifact, inputs, *, threads: 
         method = METHOD_ISOLATED + (", torch.export program" if artifact.format == "torch" else "")
         write_json(workdir / "spec.json", {"runtime": runtime_name, "threads": threads, "runtime_options": opts,
                                            "warmup": int(warmup), "reps": int(reps), "min_time_s": float(min_time_s),
-                                           "method": method, "artifact": spec_artifact})
+                                           "precision": float(precision), "method": method,
+                                           "artifact": spec_artifact})
         np.savez(workdir / "inputs.npz", **(x if isinstance(x, dict) else {"": x}))
         _run_worker(workdir, threads, timeout_s, what)
         result = json.loads((workdir / "result.json").read_text())

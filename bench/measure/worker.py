@@ -75,7 +75,7 @@ def measure(workdir: Path) -> None:
     rt.load(_load_artifact(spec["artifact"]))
     after = current_rss_bytes()
     stats = measure_latency(rt, x, warmup=spec["warmup"], reps=spec["reps"], min_time_s=spec["min_time_s"],
-                            method=spec["method"])
+                            method=spec["method"], precision=spec.get("precision", 0.0))
     outputs = rt.run(x).outputs
     peak = peak_rss_bytes()
     np.save(workdir / "outputs.npy", outputs)

@@ -53,7 +53,8 @@ class DeployOptions:
     threads: int = 0  # 0: all cores of this machine
     batch_sizes: tuple[int, ...] | None = None
     warmup: int = 20
-    reps: int = 200
+    reps: int = 200  # the most timed calls per batch size: timing stops once the p50 is known to latency_precision
+    latency_precision: float = 0.03  # 0: time all reps calls
     n_calibration: int | None = None
     calibration_select: str = "first"  # how the calibration samples are chosen: compress.calibration_select
     sensitivity: bool = False
@@ -85,6 +86,9 @@ class DeployOptions:
             if not is_int(v, lo):
                 raise EdgesmithError(f"{name} is {v!r}.", f"use a whole number of at least {lo}"
                                      + (" (percentiles need a few repetitions)." if name == "reps" else "."))
+        from edgesmith.bench.measure.latency import _check_precision
+
+        _check_precision(self.latency_precision)
         n = self.n_calibration
         if n is not None and (not is_int(n, 1)):
             raise EdgesmithError(f"n_calibration is {n!r}.", "use a positive number of calibration samples.")
@@ -430,7 +434,9 @@ def _first_line(e: Exception) -> str:
 
 def _latency_method(target, opts: DeployOptions) -> str:
     if target.latency_provenance == "measured":
-        return (f"measured: {opts.warmup} warm-up + {opts.reps} timed calls per batch size, "
+        calls = (f"up to {opts.reps} timed calls per batch size, stopping once the p50's 95% interval is within "
+                 f"+-{opts.latency_precision:.0%} of it" if opts.latency_precision else f"{opts.reps} timed calls per batch size")
+        return (f"measured: {opts.warmup} warm-up + {calls}, "
                 "perf_counter around run(), one fresh process per artifact")
     return f"estimated with the {target.cost_model.name} cost model (no {target.name} on this machine)"
 
@@ -500,7 +506,8 @@ class _VariantRun:
         for b in self.batch_sizes:
             if self.target.latency_provenance == "measured":
                 iso = measure_isolated(rt_name, art, timing_inputs(art, producer, b), threads=self.threads,
-                                       warmup=opts.warmup, reps=opts.reps, runtime_options=rt_opts)
+                                       warmup=opts.warmup, reps=opts.reps, runtime_options=rt_opts,
+                                       precision=opts.latency_precision)
                 entry = {"provenance": "measured", **iso.to_dict()}
                 if b == 1:
                     measured_b1 = iso.latency.p50

@@ -103,6 +103,34 @@ def test_min_time_keeps_timing_past_reps_until_the_budget_is_spent(fake_clock, t
     assert s.n == 10
 
 
+def test_timing_stops_once_the_p50_is_known_to_the_precision_asked(fake_clock, tmp_path):
+    # calls of 10 ms +- 1%: the median's interval is within 3% long before 200 calls
+    steady = [10_000_000 + d for d in (-100_000, 0, 100_000, 50_000, -50_000)]
+    rt = _loaded(SteppingRuntime(fake_clock, steady), tmp_path)
+    s = measure_latency(rt, np.zeros((1, 4), np.float32), warmup=0, reps=200, precision=0.03)
+    assert s.n == latency.MIN_CALLS_FOR_PRECISION and s.p50 == pytest.approx(10e-3, rel=0.01)
+    # calls that alternate between 5 and 15 ms never pin the median to 3%: every call asked for is timed
+    noisy = _loaded(SteppingRuntime(fake_clock, [5_000_000, 15_000_000]), tmp_path)
+    assert measure_latency(noisy, np.zeros((1, 4), np.float32), warmup=0, reps=60, precision=0.03).n == 60
+    # precision 0 (the default of the function) times exactly reps calls
+    assert measure_latency(rt, np.zeros((1, 4), np.float32), warmup=0, reps=50).n == 50
+
+
+def test_the_median_interval_covers_the_median_and_narrows_with_more_calls():
+    rng = np.random.default_rng(0)
+    x = rng.lognormal(0, 0.2, 400)
+    lo, hi = latency.median_interval(x[:40])
+    lo2, hi2 = latency.median_interval(x)
+    assert lo <= np.median(x[:40]) <= hi and lo2 <= np.median(x) <= hi2 and hi2 - lo2 < hi - lo
+
+
+@pytest.mark.parametrize("precision", [-0.1, 1.0, True, "3%"])
+def test_a_bad_precision_is_a_user_error(precision, fake_clock, tmp_path):
+    rt = _loaded(SteppingRuntime(fake_clock, [1]), tmp_path)
+    with pytest.raises(EdgesmithError, match="latency precision"):
+        measure_latency(rt, np.zeros((1, 4), np.float32), precision=precision)
+
+
 @pytest.mark.parametrize("kw", [{"reps": 0}, {"warmup": -1}, {"min_time_s": -1.0}, {"reps": 2.5}])
 def test_bad_counts_are_user_errors(kw, fake_clock, tmp_path):
     rt = _loaded(SteppingRuntime(fake_clock, [1]), tmp_path)
