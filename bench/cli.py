@@ -218,8 +218,11 @@ def cmd_deploy(args) -> int:
 
     recipe = load_recipe(args.recipe)
     out = deploy(deploy_options(args, recipe))
-    for name, why in DeployReport.load(out / "report.json").plan.not_built.items():
+    report = DeployReport.load(out / "report.json")
+    for name, why in report.plan.not_built.items():
         print(f"not built: {name}: {why}")  # a variant the user may have expected, said where they look
+    for f in report.failed_runs:
+        print(f"failed: {f.variant} ({f.runtime_label}): {f.error}")
     print(f"report: {out / 'report.md'}")
     return 0
 

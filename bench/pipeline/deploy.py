@@ -27,7 +27,7 @@ from edgesmith.bench.measure.latency import measure_isolated
 from edgesmith.bench.measure.ood_monitor import ood_entry, ood_reference
 from edgesmith.bench.report.writers import write_report
 from edgesmith.bench.sources.base import UserRequest, resolve_model
-from edgesmith.common import EdgesmithError, atomic_path, check_output, check_seed
+from edgesmith.common import EdgesmithError, Interrupted, atomic_path, check_output, check_seed
 from edgesmith.common.checks import is_int
 from edgesmith.compress import Artifact, PassContext, run_passes
 from edgesmith.compress.base import n_samples
@@ -324,7 +324,16 @@ def deploy(opts: DeployOptions) -> Path:
         for variant in plan.variants:
             bar.set_postfix_str(f"{variant.name}: passes")
             ctx = PassContext(workdir=tmp / "artifacts" / variant.name, **ctx_common)
-            art, reports = run_passes(ref_art, variant.passes, ctx)
+            try:
+                art, reports = run_passes(ref_art, variant.passes, ctx)
+            except EdgesmithError:
+                raise  # a user error (an option, a file, a missing dataset): one line, as always
+            except Exception as e:  # a pass's own fault on this model: this variant's row says so, the others go on
+                failed.append({"variant": variant.name, "runtime": variant.runtimes[0], "runtime_label": "passes",
+                               "error": f"{type(e).__name__} in its passes: {_first_line(e)[:300]}"})
+                say(f"[edgesmith] {variant.name} failed in its passes: {failed[-1]['error']}")
+                bar.update(len(_runtime_rows(variant, opts.plan)))
+                continue
             target.check_fits(art.size_bytes(), f"variant {variant.name}")
             where = None if art.path is None else str(art.path.relative_to(tmp) if art.path.is_relative_to(tmp) else art.path)
             variants.append({**variant.to_dict(), "artifact": where,
@@ -334,22 +343,25 @@ def deploy(opts: DeployOptions) -> Path:
                 bar.set_postfix_str(f"{variant.name}: {label}")
                 try:
                     results.append(run.row(art, variant.name, rt_name, label, rt_opts, bpw))
+                except Interrupted:
+                    raise
                 except Exception as e:
-                    # the variant's first runtime must work; an optional second backend (TVM) that cannot
-                    # compile this model is recorded as a failed run instead of losing every other figure
-                    if rt_name == variant.runtimes[0]:
-                        if isinstance(e, EdgesmithError):
-                            raise
-                        raise EdgesmithError(  # the runtime's own error on a file edgesmith built
-                            f"variant {variant.name} of {opts.model} fails in {label}: {type(e).__name__}: "
-                            f"{_first_line(e)[:300]}",
-                            "keep the failing node(s) in fp32 with --option 'exclude=[\"NODE\"]' (the node the "
-                            f"message names), or leave the variant out with --variant for the others.") from None
-                    failed.append({"variant": variant.name, "runtime": rt_name, "runtime_label": label,
-                                   "error": f"{type(e).__name__}: {_first_line(e)}"})
+                    # a variant a runtime cannot run (the runtime's own error on a file edgesmith built, or a
+                    # backend that cannot compile this model) is a failed row: it never costs the other figures
+                    error = (f"{e.problem} ({e.fix})" if isinstance(e, EdgesmithError) else
+                             f"{type(e).__name__}: {_first_line(e)[:300]}")
+                    if rt_name == variant.runtimes[0] and not isinstance(e, EdgesmithError):
+                        error += (" (keep the failing node(s) in fp32 with --option 'exclude=[\"NODE\"]', the node "
+                                  "the message names)")
+                    failed.append({"variant": variant.name, "runtime": rt_name, "runtime_label": label, "error": error})
                     say(f"[edgesmith] {variant.name} on {label} failed: {failed[-1]['error']}")
                 bar.update(1)
         bar.close()
+        if not results:  # nothing measured at all: that is no report, but one error naming the first failure
+            f = failed[0]
+            raise EdgesmithError(f"no variant of {opts.model} ran on {target.name}: {f['variant']} "
+                                 f"({f['runtime_label']}) failed: {f['error']}",
+                                 "fix that, or leave the variant out with --variant for the others.")
         report = {
             "model": opts.model,
             "kind": kind.describe() | {"options": dataclasses.asdict(kind.options(opts.plan.options))},
@@ -373,12 +385,18 @@ def deploy(opts: DeployOptions) -> Path:
             "failed_runs": failed,
             "notes": list(producer.report_notes()),
         }
-        report["warnings"] = slower_than_baseline(results, plan.variants[0].name if plan.variants else None)
+        report["warnings"] = [f"variant {f['variant']} failed ({f['runtime_label']}): {f['error']}" for f in failed
+                              if f["runtime"] == _first_runtime(plan, f["variant"])]
+        report["warnings"] += slower_than_baseline(results, plan.variants[0].name if plan.variants else None)
         for w in report["warnings"]:
             say(f"[edgesmith] warning: {w}")
         write_report(report, tmp)
     say(f"[edgesmith] report written to {opts.out}/report.md")
     return opts.out
+
+
+def _first_runtime(plan, variant: str) -> str | None:
+    return next((v.runtimes[0] for v in plan.variants if v.name == variant), None)
 
 
 def slower_than_baseline(results: list[dict], baseline: str | None, margin: float = 1.1) -> list[str]:
