@@ -23,6 +23,7 @@ PASS_MODULES = (
     "edgesmith.compress.export_netx",  # export-netx
     "edgesmith.compress.quant_int8",  # int8-qdq
     "edgesmith.compress.quant_int4",  # int4-weight-only
+    "edgesmith.compress.quant_fp16",  # fp16
     "edgesmith.compress.prune",  # prune-magnitude
     "edgesmith.compress.export_trees",  # export-tree-onnx, export-tree-c
     "edgesmith.compress.rwkvquant.rwkvquant",  # rwkv-rtn, rwkv-gptq, rwkv-gptvq, rwkvquant

@@ -100,11 +100,15 @@ class JetsonOrinNano(Target):
         return self._cost_model
 
     def plan_tensor(self, producer, options: PlanOptions, kopts) -> Plan:
+        from edgesmith.compress.quant_fp16 import Fp16Config
+
         module_fits(self, producer)
         check_exclude(producer, kopts)
         export = onnx_export(producer)
         variants = [
             Variant("fp32", export, ["onnxruntime"], "fp32 ONNX (CUDA cores on the Jetson)"),
+            Variant("fp16", export + [Fp16Config()], ["onnxruntime"],
+                    "fp16 ONNX, inputs and outputs fp32 (tensor cores on the Jetson, twice the fp32 rate)"),
             Variant("int8", export + [int8_config(kopts)],
                     ["onnxruntime"], "int8 QDQ (tensor cores on the Jetson)"),
         ]

@@ -245,7 +245,7 @@ def test_external_data_beside_the_model_is_read_and_a_missing_file_is_named(caps
     np.save(tmp_path / "c.npy", rng.normal(size=(8, 64)).astype(np.float32))
     r = _deploy(capsys, tmp_path / "r", tmp_path / "ext.onnx", "--target", "jetson-orin-nano",
                 "--calibration-data", tmp_path / "c.npy")
-    assert {x["variant"] for x in r["results"]} == {"fp32", "int8"}
+    assert {x["variant"] for x in r["results"]} == {"fp32", "fp16", "int8"}
     (tmp_path / "ext.weights").unlink()
     code, _, err = run_cli(capsys, "deploy", tmp_path / "ext.onnx", "--target", "host-cpu", "--out", tmp_path / "x")
     assert_user_error(code, err, "external data file 'ext.weights'")

@@ -246,4 +246,4 @@ def test_a_variant_the_model_rules_out_is_printed_and_heads_the_report(capsys, t
     head = (tmp_path / "r" / "report.md").read_text().splitlines()[:8]
     assert any(line.startswith("- **not built: int8**") for line in head)
     report = json.loads((tmp_path / "r" / "report.json").read_text())
-    assert set(report["plan"]["not_built"]) == {"int8"} and [r["variant"] for r in report["results"]] == ["fp32"]
+    assert set(report["plan"]["not_built"]) == {"int8"} and [r["variant"] for r in report["results"]] == ["fp32", "fp16"]

@@ -129,10 +129,11 @@ def test_asking_for_pruned_without_sparsity_says_how_to_get_it():
     assert "sparsity" in e.value.fix
 
 
-def test_jetson_plan_is_fp32_and_int8_on_the_onnxruntime_proxy():
+def test_jetson_plan_is_fp32_fp16_and_int8_on_the_onnxruntime_proxy():
     plan = get_target("jetson-orin-nano").plan(PRODUCER, PlanOptions(options={"prune_sparsity": 0.5}))
     v = _by_name(plan)
-    assert list(v) == ["fp32", "int8"]
+    assert list(v) == ["fp32", "fp16", "int8"]
+    assert [p.kind for p in v["fp16"].passes][-1] == "fp16"
     assert all(var.runtimes == ["onnxruntime"] for var in v.values())
     assert plan.latency_provenance == "estimated"
     assert any("proxy" in n for n in plan.notes)
