@@ -336,7 +336,7 @@ def _kept(n: int) -> str:
     return f" but the {n} most sensitive layer(s) at 8 bits" if n else ""
 
 
-def _asked(hints: dict, options: PlanOptions) -> dict:
+def asked_variants(hints: dict, options: PlanOptions) -> dict:
     """The variants ruled out that the user did not leave out anyway (all of them when no --variant was given)."""
     return {n: w for n, w in hints.items() if not options.variants or n in options.variants}
 
@@ -421,7 +421,7 @@ class HostCpu(Target):
         notes += [f"variant {name} not built: {why}" for name, why in hints.items()]
         notes += [f"runtime {name} left out for this model: {why}" for name, why in skip.items()]
         return Plan(self.name, select_variants(self.name, variants, options.variants, unavailable),
-                    self.latency_provenance, notes, not_built=_asked(hints, options))
+                    self.latency_provenance, notes, not_built=asked_variants(hints, options))
 
     def plan_tree_policy(self, producer, options: PlanOptions, kopts) -> Plan:
         """The Numba engine itself, its ONNX TreeEnsemble export in onnxruntime and its C export as a .so."""

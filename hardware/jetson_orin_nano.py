@@ -14,7 +14,7 @@ is an upper-leaning estimate that already contains static, CPU and DRAM power.
 from __future__ import annotations
 
 from edgesmith.hardware.base import Coefficient, CostModel, Estimate, Plan, PlanOptions, Target, Variant, Workload, register_target
-from edgesmith.hardware.host_cpu import (_asked, check_exclude, exclude_notes, int8_config, module_fits, onnx_export,
+from edgesmith.hardware.host_cpu import (asked_variants, check_exclude, exclude_notes, int8_config, module_fits, onnx_export,
                                          qat_variants, select_variants)
 from edgesmith.common import EdgesmithError
 
@@ -119,7 +119,7 @@ class JetsonOrinNano(Target):
         variants = [v for v in variants if v.name not in hints]
         return Plan(self.name, select_variants(self.name, variants, options.variants, unavailable),
                     self.latency_provenance, PROXY_NOTES + exclude_notes(kopts, variants)
-                    + [f"variant {n} not built: {w}" for n, w in hints.items()], not_built=_asked(hints, options))
+                    + [f"variant {n} not built: {w}" for n, w in hints.items()], not_built=asked_variants(hints, options))
 
     def plan_token_lm(self, producer, options: PlanOptions, kopts) -> Plan:
         from edgesmith.compress.export_step import ExportStepOnnxConfig
