@@ -190,7 +190,8 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
            options: dict | None = None, input_shapes: dict | None = None, input_types: dict | None = None,
            example_data: str | os.PathLike | None = None, trust_model_file: bool = False) -> Path:
     """Write ``model`` to ``out`` with the pass of the format its name says (``compress.formats``: each format written
-    by a pass of its own names it, e.g. a C decoder's arrays or an official-layout checkpoint), else with its kind's export (ONNX: a graph, a step graph or a tree ensemble). ``options`` go
+    by a pass of its own names it, e.g. a C decoder's arrays or an official-layout checkpoint), else with its kind's
+    export (ONNX: a graph, a step graph or a tree ensemble). ``options`` go
     to that pass's config, e.g. ``{"batch": 1, "vq_form": "int8"}`` for a token-lm decode graph or ``{"weights":
     "int4"}`` for the C decoder; ``opset`` and ``dtype`` (fp16, the default, bf16 or fp32 for a .pth) are two of them
     with flags of their own. A setting the chosen pass does not take is refused, naming those it does.
@@ -208,9 +209,10 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
     options, model_options = _table(options, "options"), _table(model_options, "model_options")
     shapes, types = _traced(model, input_shapes, input_types)
     fmt = format_of_file(out)
+    named_pass = fmt.export_pass if fmt is not None else ""  # the format's own export pass, or "" for the kind's
     settings = {**(options or {}), **({"opset": opset} if opset else {}), **({"dtype": dtype} if dtype is not None else {})}
-    if fmt is not None and fmt.export_pass:  # known from the name alone: checked before any model is read
-        _check_settings(fmt.export_pass, settings, out, dtype)
+    if named_pass:  # known from the name alone: checked before any model is read
+        _check_settings(named_pass, settings, out, dtype)
     _check_examples(model, example_data)
     _check_out(out, force=force)
     # a producer or a user's file (an official or quantized checkpoint, ...): the source that reads it
@@ -219,9 +221,9 @@ def export(model: str, out: str | os.PathLike, *, opset: int | None = None, seed
                           trust_model_file=trust_model_file is True)
     source = resolve_model(model, request, seed=seed)
     kind = get_kind(source.kind)
-    pass_kind = fmt.export_pass if fmt is not None and fmt.export_pass else kind.export_pass
-    _check_settings(pass_kind, settings, out, dtype)
-    if not (fmt is not None and fmt.export_pass):
+    pass_kind = named_pass or kind.export_pass
+    if not named_pass:
+        _check_settings(pass_kind, settings, out, dtype)
         kind.check_producer(source)
     producer = source.build()
     config = config_from_dict({"kind": pass_kind, **settings})
