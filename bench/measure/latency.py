@@ -103,7 +103,7 @@ def _check_counts(warmup: int, reps: int, min_time_s: float) -> None:
                              "pass 0 to time exactly reps calls.")
 
 
-def _check_precision(precision) -> None:
+def check_precision(precision) -> None:
     if isinstance(precision, bool) or not isinstance(precision, (int, float)) or not 0 <= precision < 1:
         raise EdgesmithError(f"latency precision must be a fraction from 0 to below 1, got {precision!r}.",
                              "pass e.g. 0.03 (stop once the p50 is known to +-3%), or 0 to time every call asked for.")
@@ -159,7 +159,7 @@ def measure_latency(runtime: Runtime, inputs, *, warmup: int = 20, reps: int = 2
     (contiguous, float32 for floats), so the timed calls do not include a conversion.
     """
     _check_counts(warmup, reps, min_time_s)
-    _check_precision(precision)
+    check_precision(precision)
     if not hasattr(runtime, "artifact_"):
         raise EdgesmithError(f"runtime {runtime.name!r} has no model loaded.", "call runtime.load(artifact) first.")
     x = _as_inputs(inputs)
@@ -293,7 +293,7 @@ def measure_isolated(runtime_name: str, artifact: Artifact, inputs, *, threads: 
     worker's OMP_NUM_THREADS.
     """
     _check_counts(warmup, reps, min_time_s)
-    _check_precision(precision)
+    check_precision(precision)
     if threads is not None and (int(threads) != threads or threads < 1):
         raise EdgesmithError(f"threads must be a whole number >= 1 or None, got {threads!r}.", "pass e.g. threads=2.")
     x = _as_inputs(inputs)

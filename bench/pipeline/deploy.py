@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from edgesmith import __version__
 from edgesmith.bench.measure.energy import RaplReader, energy_figure
-from edgesmith.bench.measure.latency import measure_isolated
+from edgesmith.bench.measure.latency import check_precision, measure_isolated
 from edgesmith.bench.measure.ood_monitor import ood_entry, ood_reference
 from edgesmith.bench.report.writers import write_report
 from edgesmith.bench.sources.base import UserRequest, resolve_model
@@ -86,9 +86,7 @@ class DeployOptions:
             if not is_int(v, lo):
                 raise EdgesmithError(f"{name} is {v!r}.", f"use a whole number of at least {lo}"
                                      + (" (percentiles need a few repetitions)." if name == "reps" else "."))
-        from edgesmith.bench.measure.latency import _check_precision
-
-        _check_precision(self.latency_precision)
+        check_precision(self.latency_precision)
         n = self.n_calibration
         if n is not None and (not is_int(n, 1)):
             raise EdgesmithError(f"n_calibration is {n!r}.", "use a positive number of calibration samples.")
