@@ -25,7 +25,7 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from edgesmith.common import Config, EdgesmithError, check_finite_array
+from edgesmith.common import Config, EdgesmithError, Feeds, batch_axes, check_finite_array, n_samples, sample_slice
 from edgesmith.common.registry import Registry
 
 # --- artifacts -----------------------------------------------------------------------------------
@@ -201,18 +201,14 @@ class PassContext:
                                  "pass --calibration-data FILE (.npy, .npz by input name, or a folder) or "
                                  "PassContext(calibration=...) (API).")
         if isinstance(self.calibration, dict):
-            return {k: check_finite_array(v, f"{what} for input {k!r}") for k, v in self.calibration.items()}
+            return Feeds({k: check_finite_array(v, f"{what} for input {k!r}") for k, v in self.calibration.items()},
+                         batch_axes(self.calibration))
         return check_finite_array(self.calibration, what)
-
-
-def n_samples(x) -> int:
-    """Samples in calibration data given as one array or as a dict of arrays by input name."""
-    return int(len(next(iter(x.values())))) if isinstance(x, dict) else int(len(x))
 
 
 def first_samples(x, n: int):
     """The first ``n`` samples of one array or of each array of a dict."""
-    return {k: v[:n] for k, v in x.items()} if isinstance(x, dict) else x[:n]
+    return sample_slice(x, 0, n)
 
 
 @dataclass

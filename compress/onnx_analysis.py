@@ -132,12 +132,16 @@ def batched_feeds(model: onnx.ModelProto, x, batch: int = 64) -> list[dict[str, 
     if missing:
         raise EdgesmithError(f"data for input(s) {', '.join(missing)} are missing.",
                              "name the arrays after the model's inputs.")
+    from edgesmith.common import Feeds, batch_axes, n_samples, sample_slice
+
     fixed = inputs[0][2][0] if inputs[0][2] else None
     step = fixed or batch
-    n = len(x[inputs[0][0]])
+    n = n_samples(x)
     stop = n - n % step if fixed else n
-    return [{name: np.ascontiguousarray(np.asarray(x[name][i:i + step]).astype(dtype, copy=False))
-             for name, dtype, _ in inputs} for i in range(0, stop, step)]
+    types = {name: dtype for name, dtype, _ in inputs}
+    return [{name: np.ascontiguousarray(np.asarray(v).astype(types[name], copy=False))
+             for name, v in sample_slice(Feeds({k: x[k] for k in types}, batch_axes(x)), i, i + step).items()}
+            for i in range(0, stop, step)]
 
 
 INTEGER_TYPES = frozenset({onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,

@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from edgesmith.common import EdgesmithError, NoEvaluationData
+from edgesmith.common import EdgesmithError, Feeds, NoEvaluationData, sample_slice
 from edgesmith.models.base import Evaluation, Metric, Producer
 from edgesmith.models.metrics import get_metric
 from edgesmith.models.user_data import TensorData, TensorSpec
@@ -107,8 +107,8 @@ class UserModel(Producer):
             return None if self.calibration is None else self.calibration.inputs["tokens"][:n]
         if self.calibration is None:
             return None
-        if self.step_calibration is not None:
-            return {k: v[:n] for k, v in self.step_calibration.items()}
+        if self.step_calibration is not None:  # a state's samples lie on its batch axis
+            return sample_slice(Feeds(self.step_calibration, (self.recurrent or {}).get("state_batch_axes")), 0, n)
         return self._as_feed(self.calibration.take(slice(0, n)))
 
     def example_inputs(self, batch: int = 1):
