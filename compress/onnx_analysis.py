@@ -360,22 +360,52 @@ def scratch_cwd() -> Iterator[None]:
         yield
 
 
-def topologically_sorted(model: onnx.ModelProto) -> bool:
-    """Put ``model``'s nodes in dependency order in place; False when the graph has a cycle."""
-    g = model.graph
-    ready = {i.name for i in g.input} | {t.name for t in g.initializer} | {""}
-    pending, ordered = list(g.node), []
+def _subgraphs(node) -> list:
+    return [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH] + \
+        [g for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs]
+
+
+def _outer_names(graph) -> set:
+    """Names a subgraph reads from the scopes around it (its nodes' inputs, nested subgraphs' too, that it does not
+    define itself)."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
+    used = set()
+    for n in graph.node:
+        used.update(n.input)
+        for sub in _subgraphs(n):
+            used |= _outer_names(sub)
+        defined.update(n.output)
+    return used - defined
+
+
+def _sort_graph(graph, outer: set) -> bool:
+    ready = outer | {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
+    pending, ordered = list(graph.node), []
+    needs = {id(n): set(n.input).union(*(_outer_names(g) for g in _subgraphs(n))) for n in pending}
     while pending:
-        progress = [n for n in pending if all(x in ready for x in n.input)]
+        progress = [n for n in pending if needs[id(n)] <= ready]
         if not progress:
             return False
         for n in progress:
             ordered.append(n)
             ready.update(n.output)
-        pending = [n for n in pending if n not in progress]
-    del g.node[:]
-    g.node.extend(ordered)
+        pending = [n for n in pending if all(n is not p for p in progress)]
+    scope = set(ready)
+    if not all(_sort_graph(g, scope) for n in ordered for g in _subgraphs(n)):
+        return False
+    copies = [onnx.NodeProto() for _ in ordered]
+    for c, n in zip(copies, ordered):
+        c.CopyFrom(n)
+    del graph.node[:]
+    graph.node.extend(copies)
     return True
+
+
+def topologically_sorted(model: onnx.ModelProto) -> bool:
+    """Put ``model``'s nodes in dependency order in place, in every subgraph too, a node with subgraphs placed after
+    what they read from outside (quantizers add nodes at the top level that an If's branches read); False when the
+    graph has a cycle."""
+    return _sort_graph(model.graph, set())
 
 
 def check_written(path) -> list[str]:

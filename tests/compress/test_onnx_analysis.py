@@ -160,3 +160,23 @@ def test_strip_identities_renames_readers_inside_subgraphs_and_can_keep_to_initi
     assert [n.input[1] for a in model.graph.node[1].attribute for n in a.g.node] == ["w", "w"]
     onnx.checker.check_model(model, full_check=True)
     assert strip_identities(model) == 1 and "Identity" not in {n.op_type for n in model.graph.node}
+
+
+def test_sorting_places_an_if_after_the_top_level_tensors_its_branches_read():
+    from edgesmith.compress.onnx_analysis import topologically_sorted
+
+    # a quantizer appends the Q/DQ pair an If's branch reads at the end of the top-level graph: onnx's checker
+    # refuses that order, and a sort that ignores the branch's outer-scope reads would leave it
+    branch = lambda name: helper.make_graph([helper.make_node("Identity", ["t"], [name])], name, [],
+                                            [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1])])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=branch("a"), else_branch=branch("b")),
+             helper.make_node("Neg", ["x"], ["t"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                                           helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(model, full_check=True)
+    assert topologically_sorted(model)
+    assert [n.op_type for n in model.graph.node] == ["Neg", "If"]
+    onnx.checker.check_model(model, full_check=True)
