@@ -283,9 +283,9 @@ def with_extra_outputs(model: onnx.ModelProto, names: Iterable[str]) -> onnx.Mod
     return m
 
 
-def capture_tensors(model: onnx.ModelProto, names: list[str], x, batch: int = 256) -> dict[str, np.ndarray]:
+def capture_tensors(model: onnx.ModelProto, names: list[str], x, batch: int | None = 256) -> dict[str, np.ndarray]:
     """Run ``model`` on ``x`` (batch first; one array or a dict by input name) and return the named
-    intermediate tensors, concatenated."""
+    intermediate tensors, concatenated; ``batch`` None: ``x`` is one call's feed, run as it is."""
     import onnxruntime as ort
 
     m = with_extra_outputs(model, names)
@@ -293,7 +293,7 @@ def capture_tensors(model: onnx.ModelProto, names: list[str], x, batch: int = 25
     so.log_severity_level = 3
     sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
     parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
-    for feed in batched_feeds(model, x, batch):
+    for feed in batched_feeds(model, x, batch) if batch is not None else [x]:
         outs = sess.run(names, feed)
         for n, v in zip(names, outs):
             parts[n].append(np.asarray(v))

@@ -23,6 +23,7 @@ from edgesmith.common import EdgesmithError
 
 _MATMUL_LIKE = {"MatMul", "MatMulInteger", "QLinearMatMul", "MatMulNBits", "Gemm", "MatMulIntegerToFloat"}
 _CONV_LIKE = {"Conv", "ConvInteger", "QLinearConv"}
+_RECURRENT = {"LSTM", "GRU", "RNN"}
 _INT8_MARKERS = {"QuantizeLinear", "DequantizeLinear", "QLinearMatMul", "QLinearConv", "MatMulInteger",
                  "ConvInteger", "DynamicQuantizeLinear"}
 ACTIVITY_KEYS = ("synops", "neuron_updates", "messages", "timesteps")
@@ -31,12 +32,15 @@ ACTIVITY_KEYS = ("synops", "neuron_updates", "messages", "timesteps")
 # --- ONNX ------------------------------------------------------------------------------------------
 
 
-def workload_from_onnx(path, batch: int = 1, precision: str | None = None, input_shapes: dict | None = None) -> Workload:
+def workload_from_onnx(path, batch: int = 1, precision: str | None = None, input_shapes: dict | None = None,
+                       example: dict | None = None) -> Workload:
     """Count MACs, weight/activation bytes and compute layers of the ONNX model at ``path``.
 
     ``input_shapes`` ({input name: full shape, batch 1 first}) fixes the graph's dynamic dimensions before
     shape inference (a sequence length, an image size taken from the user's data); dimensions left
-    dynamic count as 1.
+    dynamic count as 1. Shapes inference cannot give (after an If, a Loop, a Scan, torch's Unflatten) are read
+    off one onnxruntime run on ``example`` ({input: array}, one call's feed), else on zeros; a layer whose shapes
+    are still unknown is left out of the count, and ``source`` says which (the MACs are then a lower bound).
 
     MACs come from MatMul/Gemm/Conv/MatMulNBits (and their integer/QLinear forms) using
     initializer shapes and shape inference. Weight bytes are the stored bytes of every initializer
@@ -65,13 +69,18 @@ def workload_from_onnx(path, batch: int = 1, precision: str | None = None, input
     shapes, dtypes = _value_shapes(graph, consts)
     missing = _unshaped(graph, shapes)
     if missing:  # shape inference could not follow the graph (e.g. torch's Unflatten): run it once instead
-        shapes.update(_run_for_shapes(model, missing))
+        shapes.update(_run_for_shapes(model, missing, example))
     batch_div = _graph_batch(graph)
 
     macs = 0.0
     n_layers = 0
+    uncounted = []
     for node in graph.node:
-        node_macs = _node_macs(node, shapes)
+        try:
+            node_macs = _node_macs(node, shapes)
+        except EdgesmithError:  # a cost estimate with a known gap beats no deploy
+            uncounted.append(node.name or node.output[0])
+            continue
         if node_macs is not None:
             macs += node_macs
             n_layers += 1
@@ -90,9 +99,12 @@ def workload_from_onnx(path, batch: int = 1, precision: str | None = None, input
     return Workload(
         macs=macs / batch_div, weight_bytes=weight_bytes, activation_bytes=act_bytes / batch_div,
         precision=precision or inferred, n_layers=n_layers, batch=int(batch),
-        source=f"ONNX graph analysis of {path.name} (MACs from {n_layers} MatMul/Gemm/Conv-type nodes"
+        source=f"ONNX graph analysis of {path.name} (MACs from {n_layers} MatMul/Gemm/Conv-type and recurrent nodes"
                + (", dynamic dimensions from the example inputs" if input_shapes else "")
-               + (f", {len(missing)} shape(s) read off one onnxruntime run on zeros" if missing else "") + ")",
+               + (f", {len(missing)} shape(s) read off one onnxruntime run on "
+                  + ("the example inputs" if example else "zeros") if missing else "")
+               + (f"; MACs of {len(uncounted)} layer(s) whose shapes stay unknown not counted, so a lower bound: "
+                  + ", ".join(uncounted[:3]) + (" ..." if len(uncounted) > 3 else "") if uncounted else "") + ")",
     )
 
 
@@ -159,16 +171,17 @@ def _value_shapes(graph, consts) -> tuple[dict[str, list[int]], dict[str, int]]:
 
 
 def _unshaped(graph, shapes) -> list[str]:
-    """Inputs and outputs of MatMul/Gemm/Conv-type nodes whose shapes inference left unknown."""
+    """Inputs and outputs of MatMul/Gemm/Conv-type and recurrent nodes whose shapes inference left unknown."""
     names = []
     for node in graph.node:
-        if node.op_type in _MATMUL_LIKE or node.op_type in _CONV_LIKE:
+        if node.op_type in _MATMUL_LIKE or node.op_type in _CONV_LIKE or node.op_type in _RECURRENT:
             names += [n for n in (node.input[0], node.output[0]) if n and n not in shapes and n not in names]
     return names
 
 
-def _run_for_shapes(model, names: list[str]) -> dict[str, list[int]]:
-    """Shapes of ``names`` from one onnxruntime run on zero inputs (dynamic dims as 1); {} if it cannot run."""
+def _run_for_shapes(model, names: list[str], example: dict | None = None) -> dict[str, list[int]]:
+    """Shapes of ``names`` from one onnxruntime run on ``example`` (one call's feed), else on zero inputs (dynamic
+    dims as 1); {} if it cannot run."""
     from onnx import helper
 
     from edgesmith.compress.onnx_analysis import capture_tensors, quiet_onnxruntime
@@ -180,9 +193,11 @@ def _run_for_shapes(model, names: list[str]) -> dict[str, list[int]]:
             continue
         dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in vi.type.tensor_type.shape.dim]
         feeds[vi.name] = np.zeros(dims, helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+    if example and set(example) == set(feeds):
+        feeds = dict(example)
     try:
         with quiet_onnxruntime():
-            return {n: list(v.shape) for n, v in capture_tensors(model, names, feeds).items()}
+            return {n: list(v.shape) for n, v in capture_tensors(model, names, feeds, batch=None).items()}
     except Exception:  # a graph onnxruntime cannot run: the MAC count then names the unknown node
         return {}
 
@@ -222,6 +237,13 @@ def _node_macs(node, shapes) -> float | None:
                 f"cannot count MACs of {op} node {node.name or node.output[0]!r}: its shapes are unknown.",
                 "export with static shapes (except the batch axis) or run onnx shape inference first.")
         return float(np.prod(out, dtype=np.float64)) * float(k)
+    if op in _RECURRENT:  # every step: the input and the recurrent weights of every gate, for every direction
+        x, w, r = (shapes.get(n) for n in node.input[:3])
+        if x is None or w is None or r is None:
+            raise EdgesmithError(f"cannot count MACs of {op} node {node.name or node.output[0]!r}: its shapes are "
+                                 "unknown.", "export with static shapes (except the batch axis).")
+        steps = x[0] * x[1]  # (seq, batch, input), or (batch, seq, input) with layout=1: the product is the same
+        return float(steps) * (float(np.prod(w, dtype=np.float64)) + float(np.prod(r, dtype=np.float64)))
     if op in _CONV_LIKE:
         w = shapes.get(node.input[3] if op == "QLinearConv" else node.input[1])
         out = shapes.get(node.output[0])

@@ -199,7 +199,8 @@ def _workload(art: Artifact, producer, kind, activity: dict | None) -> Workload:
         names = [s["name"] for s in art.meta.get("inputs", [])] or [None]
         shapes = ({k: v.shape for k, v in feed.items()} if isinstance(feed, dict)
                   else {names[0]: feed.shape} if names[0] else None)
-        work = workload_from_onnx(art.path, input_shapes=shapes)
+        work = workload_from_onnx(art.path, input_shapes=shapes,
+                                  example=feed if isinstance(feed, dict) else {names[0]: feed} if names[0] else None)
     elif art.format == "torch":
         work = workload_from_module(art.module, producer.input_shape)
     else:  # trees, C: comparisons and lookups, no multiply-accumulates to count

@@ -200,3 +200,29 @@ def test_integer_matmul_to_float_is_counted(tmp_path):
                               opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     onnx.save(model, str(tmp_path / "q.onnx"))
     assert workload_from_onnx(tmp_path / "q.onnx").macs == 16 * 4
+
+
+def test_onnx_lstm_macs_are_steps_times_input_and_recurrent_weights(tmp_path):
+    hidden, inp, seq = 8, 5, 3
+    inits = [numpy_helper.from_array(np.ones((1, 4 * hidden, inp), np.float32), "W"),
+             numpy_helper.from_array(np.ones((1, 4 * hidden, hidden), np.float32), "R")]
+    # batch-first input (one sample of seq steps), made time-first for the LSTM as torch's exporter does
+    path = _save(tmp_path, [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+                            helper.make_node("LSTM", ["xt", "W", "R"], ["y"], hidden_size=hidden)],
+                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, inp])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    w = workload_from_onnx(path)
+    assert w.macs == seq * 4 * hidden * (inp + hidden) and w.n_layers == 1
+
+
+def test_a_layer_whose_shapes_stay_unknown_is_left_out_and_named_not_fatal(tmp_path):
+    # a MatMul whose weight is a run-time input of unknown shape: no count, and no run can give one (the graph
+    # cannot run on the zeros it would be fed), so the estimate is a lower bound that says so
+    inits = [numpy_helper.from_array(np.ones((4, 3), np.float32), "W")]
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("MatMul", ["h", "v"], ["y"], name="mystery")]
+    path = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+                                   helper.make_tensor_value_info("v", TensorProto.FLOAT, None)],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    w = workload_from_onnx(path)
+    assert w.macs == 12 and w.n_layers == 1
+    assert "MACs of 1 layer(s) whose shapes stay unknown not counted, so a lower bound: mystery" in w.source
