@@ -131,11 +131,12 @@ class TensorData:
         return {k: np.ascontiguousarray(v[idx]) for k, v in self.inputs.items()}
 
 
-def load_tensors(path: str | Path, specs: list[TensorSpec], what: str, labels_path: str | Path | None = None
-                 ) -> TensorData:
+def load_tensors(path: str | Path, specs: list[TensorSpec], what: str, labels_path: str | Path | None = None,
+                 pinned=()) -> TensorData:
     """Arrays for every input in ``specs`` from ``path`` (.npy / .npz / folder), checked; labels from the
-    ``labels``/``targets`` array of the .npz or from ``labels_path``."""
-    arrays = read_arrays(path)
+    ``labels``/``targets`` array of the .npz or from ``labels_path``. ``pinned``: inputs the model holds as constants,
+    whose 0-d arrays in the file gave their values and are not samples."""
+    arrays = {k: v for k, v in read_arrays(path).items() if not (k in pinned and np.ndim(v) == 0)}
     labels = None
     for k in LABEL_KEYS:
         if k in arrays and k not in {s.name for s in specs}:

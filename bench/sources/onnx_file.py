@@ -5,12 +5,17 @@ Before anything runs the graph is prepared once (cached by content): an opset be
 13 (per-channel QDQ needs it), ``Constant`` nodes become initializers (exports that keep weights in
 Constant nodes, e.g. Paddle's, otherwise show no weights to quantize), and onnx's full checker runs.
 
-Recurrent state: inputs whose next value the graph returns as an output are paired (``h`` -> ``h_out``,
-``h_next``, ``next_h``, ``new_h``; ``h0`` -> ``hn``), or given with ``--model-option state=h:h_out,c:c_out``.
-Such a model is fed whole sequences one step at a time; its data are (samples, time, ...) sequences of
-the remaining input. The state's batch axis is the one that is dynamic (``(layers, batch, hidden)`` works).
+Constant inputs (a sample rate, a flag): pinned with ``--model-option const=sr:16000`` or given as a 0-d array of
+that name in the data ``.npz``; the prepared copy holds the value as a constant (every deployed file does, and the
+report names it), and an ``If`` whose condition it decides is inlined.
 
-Options (``--model-option``): ``kind`` (tensor or stream), ``frame_seconds`` (stream), ``state``.
+Recurrent state: inputs whose next value the graph returns as an output are paired (``h`` -> ``h_out``, ``hn``,
+``h_next``, ``next_h``, ``new_h``, ``hN``; ``h0`` -> ``hn``; ``past_key_values.X`` / ``past.X`` -> ``present.X``),
+or given with ``--model-option state=h:h_out,c:c_out``. Such a model is fed whole sequences one step at a time;
+its data are (samples, time, ...) sequences of the remaining input. The state's batch axis is its one dynamic
+dimension (``(layers, batch, hidden)`` works), or given after ``@``: ``state=state:stateN@1``.
+
+Options (``--model-option``): ``kind`` (tensor or stream), ``frame_seconds`` (stream), ``state``, ``const``.
 """
 from __future__ import annotations
 
@@ -72,16 +77,16 @@ def load_checked(path: Path):
     return model, bool(external)
 
 
-def prepare(path: Path) -> tuple[Path, list[str]]:
+def prepare(path: Path, constants: dict | None = None) -> tuple[Path, list[str]]:
     """The model ready for the pipeline (opset >= 13, Constants folded, weights read through no Identity, fully
-    checked) and what was done."""
+    checked; ``constants``, {input: value}, pinned) and what was done."""
     import onnx
     from onnx import version_converter
 
     from edgesmith.compress.onnx_analysis import strip_identities
 
     model, has_external = load_checked(path)
-    notes = []
+    notes = _pin_constants(model, constants or {}, path)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is not None and opset < MIN_OPSET:
         try:
@@ -123,7 +128,8 @@ def prepare(path: Path) -> tuple[Path, list[str]]:
             raise EdgesmithError(f"{path} is too large to rewrite here ({'; '.join(notes)}).",
                                  f"re-export it with opset {MIN_OPSET} or newer and its weights as initializers.")
         return path, notes
-    out = work_path(file_digest(path) + b"prepared-v2", ".onnx")
+    pinned = ";".join(f"{k}={np.asarray(v).dtype.str}:{np.asarray(v).tolist()!r}" for k, v in sorted((constants or {}).items()))
+    out = work_path(file_digest(path) + b"prepared-v2" + pinned.encode(), ".onnx")
     if not out.exists():
         with atomic_path(out, force=True) as tmp:
             onnx.save_model(model, str(tmp))
@@ -132,37 +138,136 @@ def prepare(path: Path) -> tuple[Path, list[str]]:
     return out, notes
 
 
+def _pin_constants(model, constants: dict, path: Path) -> list[str]:
+    """Turns each input named in ``constants`` into an initializer holding its value, then inlines the ``If`` nodes
+    whose condition that decides (onnxscript's constant folding, never of a (de)quantizer: a quantized weight stays
+    quantized); the notes saying so."""
+    from onnx import numpy_helper
+
+    if not constants:
+        return []
+    by_name = {i.name: i for i in model.graph.input}
+    notes = []
+    for name, value in constants.items():
+        inp = by_name.get(name)
+        if inp is None:
+            raise EdgesmithError(f"const {name!r} names no input of {path.name}.",
+                                 f"its inputs: {', '.join(by_name)}.")
+        dtype, dims = np.dtype(_np_dtype(inp.type.tensor_type.elem_type)), _dims(inp)
+        value = np.asarray(value)
+        if value.ndim != len(dims) or any(d is not None and d != v for d, v in zip(dims, value.shape)):
+            raise EdgesmithError(f"input {name!r} takes shape {tuple(dims)}; the constant given is {value.shape}.",
+                                 "pin a scalar input with --model-option const=NAME:VALUE (or a 0-d array in the .npz).")
+        cast = value.astype(dtype)
+        if value.dtype.kind in "OUSV" or not np.array_equal(cast, value):
+            raise EdgesmithError(f"constant {value.tolist()!r} for input {name!r} is not a {dtype} value.",
+                                 f"give a value the input's type {dtype} holds.")
+        model.graph.input.remove(inp)
+        model.graph.initializer.append(numpy_helper.from_array(cast, name))
+        notes.append(f"input {name} pinned to {cast.tolist()!r} ({dtype}): a constant of every deployed file")
+    branches = _count_branching(model.graph)
+    if branches:
+        from onnxscript import optimizer
+
+        keep = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
+        optimizer.fold_constants(model, should_fold=lambda node: False if node.op_type in keep else None)
+        optimizer.remove_unused_nodes(model)
+        left = _count_branching(model.graph)
+        if left < branches:
+            notes.append(f"If nodes decided by the pinned input(s) inlined ({branches} -> {left} If/Loop/Scan "
+                         "nodes, those inside branches counted), and what they made constant folded")
+    return notes
+
+
+def _count_branching(graph) -> int:
+    """If, Loop and Scan nodes of ``graph`` and of the graphs inside them."""
+    import onnx
+
+    n = 0
+    for node in graph.node:
+        n += node.op_type in ("If", "Loop", "Scan")
+        for a in node.attribute:
+            n += sum(_count_branching(g) for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs))
+    return n
+
+
+def given_constants(request: UserRequest, input_names: list[str]) -> dict[str, np.ndarray]:
+    """{input: value} pinned by ``--model-option const=NAME:VALUE,...`` and by 0-d arrays of an input's name in the
+    data .npz files (the same value wherever it is given)."""
+    from edgesmith.models.user_data import read_arrays
+
+    found: dict[str, np.ndarray] = {}
+
+    def put(name, value, where):
+        if name in found and not np.array_equal(found[name], value):
+            raise EdgesmithError(f"input {name!r} is pinned to {found[name].tolist()!r} and, in {where}, to "
+                                 f"{value.tolist()!r}.", "give one value.")
+        found[name] = value
+
+    for item in filter(None, str(request.take("const") or "").split(",")):
+        name, sep, text = item.partition(":")
+        try:
+            value = np.asarray(float(text)) if sep else None
+        except ValueError:
+            value = None
+        if value is None or not np.isfinite(value):
+            raise EdgesmithError(f"const {item!r} is not NAME:NUMBER.", "e.g. --model-option const=sr:16000.")
+        put(name.strip(), np.asarray(int(value)) if value == int(value) else value, "--model-option const")
+    for path in (request.calibration_data, request.eval_data):
+        if path is not None and Path(path).suffix == ".npz" and Path(path).is_file():
+            for name, arr in read_arrays(path).items():
+                if name in input_names and np.ndim(arr) == 0:
+                    put(name, np.asarray(arr), str(path))
+    return found
+
+
+# next-value names of a state input ``n``, most specific first
 STATE_PATTERNS = (lambda n: f"{n}_out", lambda n: f"{n}_next", lambda n: f"next_{n}", lambda n: f"new_{n}",
-                  lambda n: re.sub(r"0$", "n", n) if n.endswith("0") else None)
+                  lambda n: f"{n}N", lambda n: f"{n}n", lambda n: re.sub(r"_in$", "_out", n) if n.endswith("_in") else None,
+                  lambda n: re.sub(r"0$", "n", n) if n.endswith("0") else None,
+                  lambda n: re.sub(r"^past_key_values|^past", "present", n) if n.startswith("past") else None)
 
 
-def find_state(inputs: list, outputs: list, given: str | None) -> list[tuple[str, str]]:
-    """(state input, state output) pairs: from ``given`` ("h:h_out,c:c_out") or by name and shape."""
+def _same_shape(a, b) -> bool:
+    """Whether two value infos can hold the same tensor: the same rank, the dims both know equal."""
+    da, db = _dims(a), _dims(b)
+    return len(da) == len(db) and all(x is None or y is None or x == y for x, y in zip(da, db))
+
+
+def find_state(inputs: list, outputs: list, given: str | None) -> list[tuple[str, str, int | None]]:
+    """(state input, state output, batch axis or None) triples: from ``given`` ("h:h_out,c:c_out@1") or by name and
+    shape."""
     out_by_name = {o.name: o for o in outputs}
     in_names = [i.name for i in inputs]
     if given:
         pairs = []
         for item in str(given).split(","):
-            a, sep, b = item.partition(":")
+            pair, at, axis = item.partition("@")
+            a, sep, b = pair.partition(":")
             if not sep or a.strip() not in in_names or b.strip() not in out_by_name:
                 raise EdgesmithError(f"state pair {item!r} does not name an input and an output of the model.",
                                      f"inputs: {', '.join(in_names)}; outputs: {', '.join(out_by_name)}.")
-            pairs.append((a.strip(), b.strip()))
+            if at and not axis.strip().isdigit():
+                raise EdgesmithError(f"state pair {item!r}: the batch axis after @ is not a number.",
+                                     "e.g. state=state:stateN@1 for a (layers, batch, hidden) state.")
+            pairs.append((a.strip(), b.strip(), int(axis) if at else None))
         return pairs
     pairs = []
     for inp in inputs[1:]:
         for pattern in STATE_PATTERNS:
             name = pattern(inp.name)
             o = out_by_name.get(name) if name else None
-            if o is not None and _dims(o) == _dims(inp):
-                pairs.append((inp.name, name))
+            if o is not None and _same_shape(o, inp):
+                pairs.append((inp.name, name, None))
                 break
     return pairs
 
 
-def onnx_user_model(path: Path, label: str, request: UserRequest, notes: list[str], torch_module=None):
+def onnx_user_model(path: Path, label: str, request: UserRequest, notes: list[str], torch_module=None,
+                    pinned=()):
     """The ``UserModel`` of a prepared ONNX file with the request's data; ``torch_module``: the module it was
-    exported from (kept for training passes, see ``compress.torch_source``)."""
+    exported from (kept for training passes, see ``compress.torch_source``); ``pinned``: the inputs made constants
+    (their 0-d arrays in the data files are not samples)."""
     import onnx
 
     from edgesmith.bench.pipeline.deploy import predictor
@@ -177,6 +282,7 @@ def onnx_user_model(path: Path, label: str, request: UserRequest, notes: list[st
     inputs = [i for i in model.graph.input if i.name not in inits]
     outputs = list(model.graph.output)
     pairs = find_state(inputs, outputs, request.take("state"))
+    constants = set(pinned or ())
     kind = request.take("kind", "tensor")
     if kind not in ("tensor", "stream"):
         raise EdgesmithError(f"an ONNX model's kind is tensor or stream, not {kind!r}.", "use --model-option kind=stream.")
@@ -185,25 +291,29 @@ def onnx_user_model(path: Path, label: str, request: UserRequest, notes: list[st
         raise EdgesmithError("a stream model needs the seconds of signal in one input frame.",
                              "pass --model-option frame_seconds=0.008 (e.g. a 128-sample hop at 16 kHz).")
     recurrent = None
-    state_in = {a for a, _ in pairs}
+    state_in = {a for a, _, _ in pairs}
     data_inputs = [i for i in inputs if i.name not in state_in]
+    scalar = next((i for i in data_inputs if not _dims(i)), None)
+    if scalar is not None:  # a sample rate, a flag: one value for every call, not a batch
+        raise EdgesmithError(f"input {scalar.name!r} is a scalar; edgesmith feeds batches of the other inputs.",
+                             f"pin its value: --model-option const={scalar.name}:VALUE (or a 0-d array named "
+                             f"{scalar.name} in the data .npz).")
     if pairs:
         recurrent = _recurrent_spec(inputs, outputs, pairs, path)
         step = data_inputs[0]
         dims = _dims(step)
         specs = [TensorSpec(step.name, _np_dtype(step.type.tensor_type.elem_type), (None, *dims[1:]), None)]
-        notes = notes + [f"recurrent: {', '.join(f'{a} -> {b}' for a, b in pairs)} fed back each step; "
+        notes = notes + [f"recurrent: {', '.join(f'{a} -> {b}' for a, b, _ in pairs)} fed back each step; "
                          f"{step.name} is fed one time step at a time"]
     else:
         specs = []
         for i in data_inputs:
             dims = _dims(i)
-            if not dims:
-                raise EdgesmithError(f"input {i.name!r} is a scalar; edgesmith feeds batches.",
-                                     "export the model with a batch dimension on every input.")
             specs.append(TensorSpec(i.name, _np_dtype(i.type.tensor_type.elem_type), tuple(dims[1:]), dims[0]))
-    cal = load_tensors(request.calibration_data, specs, "calibration data") if request.calibration_data else None
-    ev = load_tensors(request.eval_data, specs, "evaluation data", request.labels) if request.eval_data else None
+    cal = (load_tensors(request.calibration_data, specs, "calibration data", pinned=constants)
+           if request.calibration_data else None)
+    ev = (load_tensors(request.eval_data, specs, "evaluation data", request.labels, pinned=constants)
+          if request.eval_data else None)
     if ev is None and request.labels is not None:
         raise EdgesmithError("--labels were given without --eval-data.", "pass the evaluation inputs with --eval-data.")
     if cal is None and ev is None:  # no data files: --input-shape's synthetic inputs, if given, score fidelity
@@ -262,22 +372,26 @@ def _gather_rows(model, names: set) -> dict[str, int]:
 def _recurrent_spec(inputs, outputs, pairs, path) -> dict:
     by_name = {i.name: i for i in inputs}
     shapes, axes, dtypes = {}, {}, {}
-    for a, _ in pairs:
+    for a, _, given in pairs:
         dims = _dims(by_name[a])
         dynamic = [k for k, d in enumerate(dims) if d is None]
-        axis = dynamic[0] if dynamic else 0
+        axis = given if given is not None else dynamic[0] if dynamic else 0
+        if axis >= len(dims):
+            raise EdgesmithError(f"state input {a!r} has {len(dims)} dimensions; it has no batch axis {axis}.",
+                                 f"give an axis below {len(dims)} after @.")
         rest = [d for k, d in enumerate(dims) if k != axis]
         if any(d is None for d in rest):
             raise EdgesmithError(f"state input {a!r} has more than one dynamic dimension ({dims}).",
-                                 "export the state with fixed sizes except the batch.")
+                                 "export the state with fixed sizes except the batch, or name its batch axis "
+                                 f"(state={a}:OUTPUT@AXIS) if the others are fixed in practice.")
         shapes[a], axes[a] = rest, axis
         dtypes[a] = _np_dtype(by_name[a].type.tensor_type.elem_type)
-    step_out = next((o.name for o in outputs if o.name not in {b for _, b in pairs}), None)
+    step_out = next((o.name for o in outputs if o.name not in {b for _, b, _ in pairs}), None)
     step_in = next((i.name for i in inputs if i.name not in shapes), None)
     if step_in is None or step_out is None:
         raise EdgesmithError(f"{path}: every input or output is state; there is no step input or output.",
                              "name the state pairs with --model-option state=in:out.")
-    return {"input": step_in, "output": step_out, "state": [list(p) for p in pairs], "state_shapes": shapes,
+    return {"input": step_in, "output": step_out, "state": [[a, b] for a, b, _ in pairs], "state_shapes": shapes,
             "state_batch_axes": axes, "state_dtypes": dtypes}
 
 
@@ -285,12 +399,14 @@ def _recurrent_spec(inputs, outputs, pairs, path) -> dict:
 class OnnxFileSource(ModelSource):
     name = "onnx"
     description = "an ONNX file (opset >= 13 or upgraded; external data beside it; several inputs; recurrent state)"
-    options_help = "kind=tensor|stream, frame_seconds=S (stream), state=in:out,..."
+    options_help = "kind=tensor|stream, frame_seconds=S (stream), state=in:out[@axis],..., const=name:value,..."
 
     def matches(self, spec: str) -> bool:
         return spec.endswith(".onnx")
 
     def load(self, spec: str, request: UserRequest):
         path = Path(spec)
-        prepared, notes = prepare(path)
-        return onnx_user_model(prepared, path.name, request, notes)
+        model, _ = load_checked(path)
+        constants = given_constants(request, [i.name for i in model.graph.input])
+        prepared, notes = prepare(path, constants)
+        return onnx_user_model(prepared, path.name, request, notes, pinned=constants)

@@ -487,3 +487,45 @@ def test_a_variant_that_its_runtime_cannot_run_is_a_failed_row_and_the_others_ar
                            "20", "--out", tmp_path / "none", *FAST)
     assert_user_error(code, err, "no variant of", "fp32 (onnxruntime) failed: RuntimeError")
     assert not (tmp_path / "none").exists()
+
+
+def _vi(name, dims):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, dims)
+
+
+@pytest.mark.parametrize("state_in, state_out", [("state", "stateN"), ("h", "hn"), ("c", "cn"), ("h_in", "h_out"),
+                                                 ("past_key_values.0.key", "present.0.key")])
+def test_common_state_names_pair_even_when_the_output_shape_is_unknown(state_in, state_out):
+    from edgesmith.bench.sources.onnx_file import find_state
+
+    # Silero VAD declares its state (2, batch, 128) and its next state with no sizes at all: still a pair
+    inputs = [_vi("x", ["b", 4]), _vi(state_in, [2, "b", 8])]
+    assert find_state(inputs, [_vi("y", ["b", 1]), _vi(state_out, [None, None, None])], None) == \
+        [(state_in, state_out, None)]
+    assert find_state(inputs, [_vi("y", ["b", 1]), _vi(state_out, [3, None, None])], None) == []  # sizes disagree
+
+
+def test_a_state_batch_axis_can_be_named_and_is_checked():
+    from edgesmith.bench.sources.onnx_file import _recurrent_spec, find_state
+
+    inputs, outputs = [_vi("x", ["b", 4]), _vi("s", [1, 5, 8])], [_vi("y", ["b", 1]), _vi("sn", [1, 5, 8])]
+    pairs = find_state(inputs, outputs, "s:sn@1")
+    assert pairs == [("s", "sn", 1)] and _recurrent_spec(inputs, outputs, pairs, "m.onnx")["state_batch_axes"] == {"s": 1}
+    with pytest.raises(EdgesmithError, match="no batch axis 3"):
+        _recurrent_spec(inputs, outputs, find_state(inputs, outputs, "s:sn@3"), "m.onnx")
+    with pytest.raises(EdgesmithError, match="not a number"):
+        find_state(inputs, outputs, "s:sn@x")
+
+
+@pytest.mark.parametrize("const, needle", [("rate:16000", "names no input"), ("sr:fast", "not NAME:NUMBER"),
+                                           ("sr:1.5", "not a int64 value")])
+def test_a_bad_constant_is_one_error_naming_it(tmp_path, capsys, const, needle):
+    nodes = [helper.make_node("Cast", ["sr"], ["srf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["x", "srf"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [_vi("x", ["b", 3]), helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+                              [_vi("y", ["b", 3])])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    np.save(tmp_path / "x.npy", np.ones((4, 3), np.float32))
+    code, _, err = run_cli(capsys, "deploy", path, "--target", "host-cpu", "--out", tmp_path / "o", "--eval-data",
+                           tmp_path / "x.npy", "--model-option", f"const={const}", *FAST, "--no-tvm")
+    assert_user_error(code, err, needle)
