@@ -95,7 +95,7 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
     user's data (.npy, .npz by input name, a folder; UTF-8 text for token-lm models); ``train_data``: inputs (and
     labels) that QAT variants fine-tune on; ``train_fn``: your own fine-tuning, ``train_fn(model)``, called by the QAT
     variants (``options={"qat_epochs": 1}`` offers them) on the calibrated brevitas model in place of their loop; ``metric``:
-    accuracy, topK, mse, mae, perplexity or fidelity (the default without labels); ``input_shapes`` and
+    accuracy, topK, binary, mse, mae, perplexity or fidelity (the default without labels); ``input_shapes`` and
     ``input_types``: ``{input name or "": per-sample shape}`` and ``{...: "int64"}`` to trace a model without data
     (``--input-shape ids=16:int64``; float32 where no type is given)."""
     from edgesmith.bench.pipeline.deploy import DeployOptions

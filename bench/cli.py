@@ -304,7 +304,8 @@ def _add_deploy_flags(p: argparse.ArgumentParser) -> None:
                    help="your training inputs for QAT (same forms, labels optional inside: cross-entropy on them; "
                         "without labels QAT distils the float model)")
     p.add_argument("--labels", help=".npy of labels (class ids) or targets for --eval-data")
-    p.add_argument("--metric", help="accuracy, topK (top5), mse, mae, perplexity or fidelity (default without labels)")
+    p.add_argument("--metric", help="accuracy, topK (top5), binary (a probability per position vs 0/1 labels), mse, mae, "
+                                     "perplexity or fidelity (default without labels)")
     _add_input_shape_flag(p)
     p.add_argument("--sensitivity", action="store_true", help="per-layer sensitivity table for quantizing passes")
     p.add_argument("--trust-model-file", dest="trust_model_file", action="store_true", help=TRUST_HELP)

@@ -2,6 +2,8 @@
 
     accuracy    argmax of the (first) output vs integer labels            higher is better
     top5        label among the 5 largest outputs (``topK`` for any K)    higher is better
+    binary      one probability per position (a detector's, e.g. a VAD's    higher is better
+                per frame) >= 0.5 vs 0/1 labels shaped like the outputs
     mse, mae    mean squared / absolute error vs target arrays            lower is better
     perplexity  exp(mean next-token NLL) of logits (B, T, V) vs tokens    lower is better
     fidelity    output SQNR (dB) against the fp32 model's outputs on the same inputs, with the largest
@@ -69,6 +71,18 @@ def top_k(k: int):
         top = np.argpartition(-out, k - 1, axis=1)[:, :k]
         return float(np.mean(np.any(top == y[:, None], axis=1))), {"k": k}
     return fn
+
+
+def binary(outputs, labels) -> tuple[float, dict]:
+    """Fraction of positions whose probability, thresholded at 0.5, matches the 0/1 label there."""
+    out, y = _targets(outputs, labels)
+    if y.size and not np.all((y == 0) | (y == 1)):
+        raise EdgesmithError("binary accuracy needs 0/1 labels, one per output value.",
+                             "give labels shaped like the outputs (e.g. (samples, steps) for a per-frame detector).")
+    if out.size and (out.min() < 0 or out.max() > 1):
+        raise EdgesmithError(f"binary accuracy thresholds probabilities at 0.5; the outputs run from {out.min():.3g} "
+                             f"to {out.max():.3g}.", "use a model whose output is a probability (after a sigmoid).")
+    return float(np.mean((out >= 0.5) == (y == 1))), {"positives": float(np.mean(y))}
 
 
 def _targets(outputs, targets) -> tuple[np.ndarray, np.ndarray]:
@@ -139,6 +153,7 @@ def fidelity(outputs, reference) -> tuple[float, dict]:
 
 _METRICS = {
     "accuracy": MetricSpec("accuracy", True, "fraction", "labels", accuracy),
+    "binary": MetricSpec("binary", True, "fraction", "targets", binary),
     "mse": MetricSpec("mse", False, "", "targets", mse),
     "mae": MetricSpec("mae", False, "", "targets", mae),
     "perplexity": MetricSpec("perplexity", False, "per token", "tokens", perplexity),

@@ -21,3 +21,21 @@ def test_fidelity_against_all_zero_outputs_is_an_error_not_a_perfect_score():
     for out in (zero, zero + 1e-3):
         with pytest.raises(EdgesmithError, match="all zero, so fidelity"):
             fidelity(out, zero)
+
+
+def test_binary_accuracy_thresholds_probabilities_per_position():
+    from edgesmith.models.metrics import binary
+
+    probs = np.array([[[0.9], [0.2], [0.5]], [[0.1], [0.7], [0.4]]])  # (samples, steps, 1), a VAD's per frame
+    labels = np.array([[1, 0, 0], [0, 0, 0]], np.float32)
+    value, extra = binary(probs, labels)
+    assert value == pytest.approx(4 / 6) and extra["positives"] == pytest.approx(1 / 6)
+
+
+@pytest.mark.parametrize("probs, labels, needle", [(np.array([[2.0]]), np.array([[1.0]]), "probabilities"),
+                                                   (np.array([[0.5]]), np.array([[2.0]]), "0/1 labels")])
+def test_binary_accuracy_refuses_logits_and_class_ids(probs, labels, needle):
+    from edgesmith.models.metrics import binary
+
+    with pytest.raises(EdgesmithError, match=needle):
+        binary(probs, labels)
