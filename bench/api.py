@@ -266,11 +266,11 @@ def _check_settings(pass_kind: str, settings: dict, out: Path, dtype) -> None:
 
 
 def is_model_file(model: str) -> bool:
-    """Whether ``quantize`` reads ``model`` through the model source that ``deploy`` uses for it (a .pth checkpoint,
-    ``file.py:factory``, ...), data files included: neither an ONNX file nor a producer name."""
+    """Whether ``quantize`` reads ``model`` through the model source that ``deploy`` uses for it (an ONNX file, a .pth
+    checkpoint, ``file.py:factory``, ...), data files and model options included: not a producer name."""
     from edgesmith.models import producer_names
 
-    return not str(model).endswith(".onnx") and str(model) not in producer_names()
+    return str(model) not in producer_names()
 
 
 @dataclasses.dataclass
@@ -323,19 +323,17 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
     config = config_from_dict({"kind": pass_kind, **(options or {})})
     calib = _checked_calibration(calibration)
     producer = None
-    onnx_file = str(model).endswith(".onnx")
     user_file = is_model_file(model)
     if eval_data is not None and not user_file:
-        what = ("an ONNX file, whose written file quantize does not score" if onnx_file
-                else "a producer, scored on its own held-out data")
-        raise EdgesmithError(f"--eval-data scores the written file of a model file here; {model} is {what}.",
+        raise EdgesmithError(f"--eval-data scores the written file of a model file here; {model} is a producer, "
+                             "scored on its own held-out data.",
                              f"score it on your data with `edgesmith deploy {model} --eval-data FILE`.")
     if calibration_data is not None and not user_file:
-        raise EdgesmithError(f"calibration_data (a file) is read for a model file other than ONNX; {model} is not one.",
-                             "pass calibration= as an array (the CLI loads --calibration-data .npy into one).")
+        raise EdgesmithError(f"calibration_data (a file) is read for a model file; {model} is a producer.",
+                             "pass calibration= as an array to replace the producer's own.")
     if calibration is not None and calibration_data is not None:
         raise EdgesmithError("calibration was given twice (an array and a file).", "give one of them.")
-    if onnx_file:
+    if str(model).endswith(".onnx") and calibration is not None:  # arrays given in Python, fed as they are
         from edgesmith.bench.sources.onnx_file import prepare
 
         prepared, _ = prepare(Path(model))  # opset >= 13, Constants folded, fully checked (as deploy does)
@@ -356,7 +354,13 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
         producer, kind = _producer(model, seed, model_options, request)
         art = source_artifact(producer)
         calib = calib if calib is not None else producer.calibration_data(n_calibration or kind.default_n_calibration)
-        example, train = producer.example_inputs(1), producer.training_data()
+        try:
+            example = producer.example_inputs(1)
+        except NoEvaluationData:  # an ONNX file needs no example to export: a pass that needs data says so itself
+            if not str(model).endswith(".onnx"):
+                raise
+            example = None
+        train = producer.training_data()
         export_cfg = config_from_dict({"kind": kind.export_pass})
         passes = [export_cfg, config] if config.input_format != art.format and \
             export_cfg.output_format == config.input_format else [config]

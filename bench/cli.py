@@ -116,7 +116,8 @@ def cmd_export(args) -> int:
 
 
 def cmd_quantize(args) -> int:
-    # a model file other than ONNX reads its data files through its own source (text for a language model's checkpoint)
+    # a model file reads its data files through its own source, as deploy does (model options, text for a language
+    # model's checkpoint, a recurrent ONNX model's step feeds)
     user_file = api.is_model_file(args.model)
     res = api.quantize(args.model, args.pass_kind, out=args.out, options=parse_key_values(args.option, "--option"),
                        calibration=None if user_file else _load_calibration(args.calibration_data),
