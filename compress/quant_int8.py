@@ -70,7 +70,9 @@ class Int8QdqConfig(PassConfig):
     ``exclude``: node names kept in fp32. ``op_types``: the operator types to quantize; the default is the layers
     that hold weights (MatMul, Gemm, Conv, ConvTranspose, Gather); empty quantizes every type onnxruntime's QDQ
     quantizer knows, residual Adds, Concats and Softmax included (onnxruntime's own default). ``activations``: "uint8" (asymmetric; onnxruntime's
-    advice for x86, with or without VNNI) or "int8" (e.g. for ARM). ``reduce_range``: 7-bit weights, the fix
+    advice for x86, with or without VNNI) or "int8" (e.g. for ARM). ``symmetric_activations``: int8 activations
+    with zero point 0 over a symmetric range, the form TensorRT's explicit quantization takes (with full-range
+    weights, ``reduce_range`` false). ``reduce_range``: 7-bit weights, the fix
     onnxruntime documents for x86 CPUs without VNNI, whose u8s8 kernels (VPMADDUBSW) saturate 16-bit sums when
     the weights use the full int8 range; None decides by this machine's CPU (``x86_without_vnni``), where the
     model is calibrated, checked and measured. ``choose_op_types``: quantize twice, with ``op_types`` and with
@@ -92,6 +94,7 @@ class Int8QdqConfig(PassConfig):
     allow_empty: bool = False  # accept a result with no layer quantized (otherwise that is an error)
     reduce_range: bool | None = None
     choose_op_types: bool = False
+    symmetric_activations: bool = False
 
     def validate(self) -> None:
         if self.calibration not in CALIBRATIONS:
@@ -119,6 +122,11 @@ class Int8QdqConfig(PassConfig):
             self._fail("reduce_range", f"is {self.reduce_range!r}", "use true, false, or leave it out (auto).")
         if self.activations not in ACTIVATION_TYPES:
             self._fail("activations", f"is {self.activations!r}", f"use one of: {', '.join(ACTIVATION_TYPES)}.")
+        if not isinstance(self.symmetric_activations, bool):
+            self._fail("symmetric_activations", f"is {self.symmetric_activations!r}", "use true or false.")
+        if self.symmetric_activations and self.activations != "int8":
+            self._fail("symmetric_activations", "is true with uint8 activations",
+                       "use activations=int8 with it (a symmetric uint8 range would centre zero at code 128).")
 
 
 @functools.lru_cache(maxsize=1)
@@ -242,10 +250,10 @@ def _quantize(prepared: Path, out: Path, calib: np.ndarray, config: Int8QdqConfi
     method = CalibrationMethod.MinMax if config.calibration == "minmax" else CalibrationMethod.Percentile
     extra = {
         "WeightSymmetric": True,
-        "ActivationSymmetric": False,
+        "ActivationSymmetric": config.symmetric_activations,
         "QDQOpTypePerChannelSupportToAxis": {"MatMul": 1},
         # One-sided percentiles: a symmetric range would waste half the codes on ReLU outputs.
-        "CalibTensorRangeSymmetric": False,
+        "CalibTensorRangeSymmetric": config.symmetric_activations,
         "CalibPercentile": float(config.percentile),
     }
     try:
@@ -399,7 +407,8 @@ def _int8_qdq(artifact: Artifact, config: Int8QdqConfig, ctx: PassContext) -> Pa
     out = ctx.workdir / "model.int8.onnx"
     meta = {**artifact.meta, "precision": "int8"}
     notes = [
-        f"activations {config.activations}, calibrated with {config.calibration}"
+        f"activations {config.activations}" + (" symmetric (zero point 0)" if config.symmetric_activations else "")
+        + f", calibrated with {config.calibration}"
         + (f" ({config.percentile} percentile)" if config.calibration == "percentile" else "")
         + f" on {n_samples(calib)} samples"
         + (f" (of {n_samples(calib_all)} given)" if n_samples(calib_all) > n_samples(calib) else "") + ".",

@@ -13,6 +13,8 @@ is an upper-leaning estimate that already contains static, CPU and DRAM power.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from edgesmith.hardware.base import Coefficient, CostModel, Estimate, Plan, PlanOptions, Target, Variant, Workload, register_target
 from edgesmith.hardware.host_cpu import (asked_variants, check_exclude, exclude_notes, int8_config, module_fits, onnx_export,
                                          qat_variants, select_variants)
@@ -100,6 +102,7 @@ class JetsonOrinNano(Target):
         return self._cost_model
 
     def plan_tensor(self, producer, options: PlanOptions, kopts) -> Plan:
+        """fp32, fp16 and int8 in TensorRT's forms; the files run here in onnxruntime to be scored."""
         from edgesmith.compress.quant_fp16 import Fp16Config
 
         module_fits(self, producer)
@@ -109,8 +112,9 @@ class JetsonOrinNano(Target):
             Variant("fp32", export, ["onnxruntime"], "fp32 ONNX (CUDA cores on the Jetson)"),
             Variant("fp16", export + [Fp16Config()], ["onnxruntime"],
                     "fp16 ONNX, inputs and outputs fp32 (tensor cores on the Jetson, twice the fp32 rate)"),
-            Variant("int8", export + [int8_config(kopts)],
-                    ["onnxruntime"], "int8 QDQ (tensor cores on the Jetson)"),
+            Variant("int8", export + [tensorrt_int8(int8_config(kopts))], ["onnxruntime"],
+                    "int8 as TensorRT's explicit quantization takes it: symmetric int8 activations and full-range "
+                    "per-channel int8 weights, Q/DQ before each quantized layer (tensor cores on the Jetson)"),
         ]
         qat, unavailable = qat_variants(producer, kopts, options, ["onnxruntime"], "int8 tensor cores on the Jetson")
         variants += qat
@@ -143,3 +147,10 @@ class JetsonOrinNano(Target):
 
 PROXY_NOTES = ["onnxruntime on this machine is a numerical proxy for the Jetson's outputs only",
                "latency and energy come from the jetson-orin-nano cost model (estimated)"]
+
+
+def tensorrt_int8(config):
+    """An int8 QDQ pass in the form TensorRT builds engines from (its explicit-quantization rules): activations int8 with
+    zero point 0, weights symmetric per output channel over the full int8 range (no 7-bit weights: those are an x86
+    CPU kernel's need, not the Jetson's)."""
+    return dataclasses.replace(config, activations="int8", symmetric_activations=True, reduce_range=False)

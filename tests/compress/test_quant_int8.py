@@ -39,6 +39,8 @@ def int8_results(digits, digits_onnx, tmp_path_factory):
     ({"n_calibration": True}, "n_calibration"),
     ({"exclude": "/0/MatMul"}, "exclude"),
     ({"activations": "int4"}, "activations"),
+    ({"symmetric_activations": True}, "symmetric_activations"),  # with uint8 activations: zero would sit at 128
+    ({"symmetric_activations": "yes", "activations": "int8"}, "symmetric_activations"),
 ])
 def test_invalid_config_fields_are_rejected_by_name(fields, field):
     with pytest.raises(EdgesmithError, match=f"int8-qdq: {field} "):

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 import pytest
 
 from edgesmith.bench.pipeline.deploy import DeployOptions, deploy
@@ -40,6 +42,26 @@ def test_jetson_deploy_labels_latency_and_energy_as_estimated(tmp_path):
         assert r["latency"]["1"]["provenance"] == "estimated"
         assert r["energy"]["provenance"] == "estimated"
         assert r["latency"]["1"]["p50"] > 0
+    _assert_tensorrt_qdq(out / "artifacts" / "int8" / "model.int8.onnx")
+
+
+def _assert_tensorrt_qdq(path):
+    """TensorRT's explicit quantization: every Q/DQ pair int8 with zero point 0 (activations and weights), weights
+    per output channel over the full int8 range, a DequantizeLinear in front of every MatMul input."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    init = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    qdq = [n for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    assert qdq
+    for n in qdq:
+        zero_point = init[n.input[2]]
+        assert zero_point.dtype == np.int8 and not zero_point.any()
+    weights = [init[n.input[0]] for n in qdq if n.op_type == "DequantizeLinear" and n.input[0] in init]
+    assert weights and all(w.dtype == np.int8 and np.abs(w).max() == 127 for w in weights)  # 8 bits, not 7
+    made_by = {o: n.op_type for n in model.graph.node for o in n.output}
+    assert all(made_by.get(i) == "DequantizeLinear" for n in model.graph.node if n.op_type == "MatMul" for i in n.input)
 
 
 def test_existing_report_folder_needs_force(tmp_path):
