@@ -427,3 +427,79 @@ def check_written(path) -> list[str]:
             return ["nodes re-sorted into dependency order so the file passes onnx's checker"]
     raise EdgesmithError(f"the model written to {path} fails onnx's checker: {first}",
                          "report this model; the pass produced an invalid graph.")
+
+
+def fold_batch_norms(model: onnx.ModelProto) -> int:
+    """Fold every inference-mode ``BatchNormalization`` that alone reads a ``Conv``'s output into that Conv's weight
+    and bias, in place (exact algebra, as onnxruntime does for fp32 at load): a quantizer otherwise leaves each BN in
+    fp32 between two integer Convs, a dequantize/quantize round trip per layer (Paddle's exports keep their BNs).
+    The Conv keeps its name; the BN's readers read the Conv. Returns how many were folded."""
+    g = model.graph
+    nodes = list(g.node)  # one wrapper per node: identities below are of these
+    inits = {t.name: t for t in g.initializer}
+    readers: dict[str, int] = {}
+    for node in nodes:
+        for i in node.input:
+            readers[i] = readers.get(i, 0) + 1
+        for sub in _subgraphs(node):
+            for i in _outer_names(sub):
+                readers[i] = readers.get(i, 0) + 1
+    producer = {o: n for n in nodes for o in n.output}
+    outputs = {o.name for o in g.output}
+    rename, drop = {}, set()
+    for bn in nodes:
+        if bn.op_type != "BatchNormalization" or len(bn.output) != 1 or len(bn.input) != 5:
+            continue
+        conv = producer.get(bn.input[0])
+        if conv is None or conv.op_type != "Conv" or readers.get(conv.output[0], 0) != 1 or conv.output[0] in outputs:
+            continue
+        params = [inits.get(n) for n in bn.input[1:]] + [inits.get(conv.input[1])]
+        if any(p is None for p in params) or (len(conv.input) > 2 and conv.input[2] not in inits):
+            continue
+        if readers.get(conv.input[1], 0) != 1 or (len(conv.input) > 2 and readers.get(conv.input[2], 0) != 1):
+            continue  # a weight another node also reads stays as it is
+        gamma, beta, mean, var, w = (numpy_helper.to_array(p).astype(np.float64) for p in params)
+        eps = next((a.f for a in bn.attribute if a.name == "epsilon"), 1e-5)
+        scale = gamma / np.sqrt(var + eps)
+        bias = numpy_helper.to_array(inits[conv.input[2]]).astype(np.float64) if len(conv.input) > 2 else 0.0
+        dtype = numpy_helper.to_array(params[-1]).dtype
+        inits[conv.input[1]].CopyFrom(numpy_helper.from_array(
+            (w * scale.reshape(-1, *([1] * (w.ndim - 1)))).astype(dtype), conv.input[1]))
+        new_bias = ((bias - mean) * scale + beta).astype(dtype)
+        if len(conv.input) > 2:
+            inits[conv.input[2]].CopyFrom(numpy_helper.from_array(new_bias, conv.input[2]))
+        else:
+            name = f"{conv.output[0]}_folded_bn_bias"
+            g.initializer.append(numpy_helper.from_array(new_bias, name))
+            conv.input.append(name)
+        if bn.output[0] in outputs:  # the graph's output keeps its name: the Conv writes it
+            rename[conv.output[0]] = bn.output[0]
+            conv.output[0] = bn.output[0]
+        else:
+            rename[bn.output[0]] = conv.output[0]
+        drop.add(id(bn))
+    if not drop:
+        return 0
+    kept = [n for n in nodes if id(n) not in drop]
+
+    def rewire(graph):
+        for node in graph.node:
+            for k, name in enumerate(node.input):
+                if name in rename and name not in {o for o in node.output}:
+                    node.input[k] = rename[name]
+            for sub in _subgraphs(node):
+                rewire(sub)
+
+    copies = []
+    for n in kept:
+        c = onnx.NodeProto()
+        c.CopyFrom(n)
+        copies.append(c)
+    del g.node[:]
+    g.node.extend(copies)
+    rewire(g)
+    used = {i for n in g.node for i in n.input} | {i for n in g.node for s in _subgraphs(n) for i in _outer_names(s)}
+    unused = [t for t in g.initializer if t.name not in used and t.name not in {i.name for i in g.input}]
+    for t in unused:
+        g.initializer.remove(t)
+    return len(drop)

@@ -40,6 +40,7 @@ from edgesmith.compress.onnx_analysis import (
     bits_per_weight,
     check_node_names,
     find_weight_layers,
+    fold_batch_norms,
     fused_kernels,
     initializers,
     load_model,
@@ -419,10 +420,17 @@ def _int8_qdq(artifact: Artifact, config: Int8QdqConfig, ctx: PassContext) -> Pa
         notes.append("weights use 7 of their 8 bits (reduce_range" + (": this x86 CPU has no VNNI, and onnxruntime's u8s8 "
                      "kernels saturate 16-bit sums with full-range int8 weights)" if config.reduce_range is None else ")"))
     report = PassReport(config.to_dict(), "onnx", "onnx", artifact.size_bytes(), 0, notes=notes)
+    folded = fold_batch_norms(fp32)  # from here on the fp32 graph is the folded one: same values, the Convs' names
+    if folded:
+        report.notes.append(f"{folded} BatchNormalization node(s) folded into the Conv before them (onnxruntime folds "
+                            "them in fp32 too; left alone, each would sit in fp32 between two integer Convs)")
     index_nodes = index_arithmetic_nodes(fp32)
     with tempfile.TemporaryDirectory(prefix=".int8.", dir=ctx.workdir) as tmp:
-        prepared = Path(tmp) / "prepared.onnx"
-        _prepare(artifact.path, prepared, report.notes)
+        prepared, source = Path(tmp) / "prepared.onnx", artifact.path
+        if folded:
+            source = Path(tmp) / "folded.onnx"
+            onnx.save(fp32, str(source))
+        _prepare(source, prepared, report.notes)
         sets = [config.op_types] + ([()] if config.choose_op_types and config.op_types else [])
         tried = []
         for k, op_types in enumerate(sets):

@@ -180,3 +180,27 @@ def test_sorting_places_an_if_after_the_top_level_tensors_its_branches_read():
     assert topologically_sorted(model)
     assert [n.op_type for n in model.graph.node] == ["Neg", "If"]
     onnx.checker.check_model(model, full_check=True)
+
+
+def test_batch_norms_fold_into_the_conv_before_them_with_the_same_outputs():
+    import onnxruntime as ort
+
+    from edgesmith.compress.onnx_analysis import fold_batch_norms
+
+    rng = np.random.default_rng(0)
+    arr = lambda *s: rng.standard_normal(s).astype(np.float32)
+    inits = [numpy_helper.from_array(a, n) for a, n in [(arr(4, 3, 3, 3), "W"), (arr(4), "B"), (arr(4), "g"),
+                                                          (arr(4), "b"), (arr(4), "m"), (np.abs(arr(4)) + 0.5, "v")]]
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["y"], epsilon=1e-3),
+             helper.make_node("Relu", ["y"], ["z"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = arr(1, 3, 5, 5)
+    run = lambda m: ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    before = run(model)
+    assert fold_batch_norms(model) == 1
+    assert [(n.op_type, n.name) for n in model.graph.node] == [("Conv", "conv"), ("Relu", "")]
+    np.testing.assert_allclose(run(model), before, rtol=1e-5, atol=1e-5)
+    assert {t.name for t in model.graph.initializer} == {"W", "B"}  # the BN's parameters are gone
