@@ -12,6 +12,9 @@ PYTEST_ARGS ?=
 # the suite runs in one worker per core (pytest-xdist), a test file's tests in one worker, so its module fixtures
 # are built once and its tests keep their order; TEST_WORKERS=0 runs it in this process alone
 TEST_WORKERS ?= auto
+# wheels whose pretrained ONNX files the tests deploy, installed without dependencies: only the files are read
+# (rapidocr-onnxruntime's OCR pipeline needs OpenCV, whose wheels need numpy 2)
+PRETRAINED_NODEPS := rapidocr-onnxruntime==1.4.4
 
 .PHONY: setup demo test benchmark clean-cache
 
@@ -26,6 +29,7 @@ $(STAMP): pyproject.toml setup.py
 	@test -x $(VENV)/bin/python || $(PY311) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip setuptools wheel
 	$(VENV)/bin/python -m pip install -q -e '.[test]'
+	$(VENV)/bin/python -m pip install -q --no-deps $(PRETRAINED_NODEPS)
 	@touch $@
 
 # Lava env (Python 3.10): lava-nc 0.10 and lava-dl 0.6 (netx, SLAYER), built by `edgesmith setup lava`, the command a
