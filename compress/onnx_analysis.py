@@ -503,3 +503,24 @@ def fold_batch_norms(model: onnx.ModelProto) -> int:
     for t in unused:
         g.initializer.remove(t)
     return len(drop)
+
+
+# operators that hold or compute quantized values: a model with any of them arrives quantized
+QUANTIZED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
+                           "ConvInteger", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul",
+                           "MatMulNBits", "QLinearAdd", "QLinearMul", "QGemm", "DynamicQuantizeLSTM", "QAttention"})
+
+
+def quantized_ops(model: onnx.ModelProto) -> dict[str, int]:
+    """{quantized operator type: how many} in ``model``, subgraphs included, most frequent first."""
+    counts: dict[str, int] = {}
+
+    def walk(graph):
+        for node in graph.node:
+            if node.op_type in QUANTIZED_OPS:
+                counts[node.op_type] = counts.get(node.op_type, 0) + 1
+            for sub in _subgraphs(node):
+                walk(sub)
+
+    walk(model.graph)
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))

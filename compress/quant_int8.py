@@ -45,6 +45,7 @@ from edgesmith.compress.onnx_analysis import (
     initializers,
     load_model,
     output_sqnr,
+    quantized_ops,
     quiet_onnxruntime,
     report_db,
     scratch_cwd,
@@ -308,8 +309,7 @@ def _prepare(src: Path, dst: Path, notes: list[str]) -> None:
 def refuse_quantized(model: onnx.ModelProto, what: str) -> None:
     """A model that already holds quantized operators is not quantized again (one clear error, not a
     traceback from deep inside the quantizer)."""
-    done = sorted({n.op_type for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear",
-                                                                        "MatMulNBits", "QLinearConv", "QLinearMatMul")})
+    done = sorted(quantized_ops(model))
     if done:
         raise EdgesmithError(f"{what} is already quantized (it holds {', '.join(done)}).",
                              "quantize the fp32 model instead.")

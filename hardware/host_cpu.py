@@ -249,6 +249,15 @@ def select_variants(target: str, variants: list[Variant], wanted, unavailable: d
     return [v for v in variants if v.name in set(wanted)]
 
 
+def given_variant(producer, export: list, runtimes: list, description: str) -> Variant:
+    """The uncompressed variant: "fp32", or "given" for a model that arrives quantized (``given_precision``),
+    measured as it is."""
+    held = getattr(producer, "given_precision", None)
+    if held:
+        return Variant("given", export, runtimes, f"the model as given, already {held}")
+    return Variant("fp32", export, runtimes, description)
+
+
 def onnx_export(producer) -> list:
     """The pass that turns the producer's model into ONNX: none when it already is ONNX."""
     from edgesmith.compress.export_onnx import ExportOnnxConfig
@@ -389,7 +398,7 @@ class HostCpu(Target):
         both = ["onnxruntime", "tvm"] if options.tvm and "tvm" not in skip else ["onnxruntime"]
         export = onnx_export(producer)
         variants = [
-            Variant("fp32", export, list(both), "fp32 ONNX" + (" export" if export else " (the model as given)")),
+            given_variant(producer, export, list(both), "fp32 ONNX" + (" export" if export else " (the model as given)")),
             Variant("int8", export + [int8_config(kopts)], list(both), "int8 QDQ static quantization"),
             Variant("int4", export + [Int4WeightOnlyConfig(block_size=kopts.int4_block_size, gemm_as_matmul=kopts.int4_gemm,
                                                              exclude=tuple(kopts.exclude), allow_empty=bool(kopts.exclude))],
@@ -399,6 +408,7 @@ class HostCpu(Target):
                                           "MatMulIntegerToFloat", form="ort-integer")
         variants += qat
         hints = dict(producer.unsupported_formats()) if hasattr(producer, "unsupported_formats") else {}
+        hints = {n: why for n, why in hints.items() if any(v.name == n for v in variants)}  # this target's variants
         layers = getattr(producer, "int4_layers", None)
         if not kopts.int4_gemm and layers and not layers["matmul"] and "int4" not in hints:
             hints["int4"] = f"its {layers['gemm']} weight layer(s) are Gemm, which int4_gemm=false keeps in fp32"

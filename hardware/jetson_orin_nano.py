@@ -16,7 +16,8 @@ from __future__ import annotations
 import dataclasses
 
 from edgesmith.hardware.base import Coefficient, CostModel, Estimate, Plan, PlanOptions, Target, Variant, Workload, register_target
-from edgesmith.hardware.host_cpu import (asked_variants, check_exclude, exclude_notes, int8_config, module_fits, onnx_export,
+from edgesmith.hardware.host_cpu import (asked_variants, check_exclude, exclude_notes, given_variant, int8_config,
+                                         module_fits, onnx_export,
                                          qat_variants, select_variants)
 from edgesmith.common import EdgesmithError
 
@@ -109,7 +110,7 @@ class JetsonOrinNano(Target):
         check_exclude(producer, kopts)
         export = onnx_export(producer)
         variants = [
-            Variant("fp32", export, ["onnxruntime"], "fp32 ONNX (CUDA cores on the Jetson)"),
+            given_variant(producer, export, ["onnxruntime"], "fp32 ONNX (CUDA cores on the Jetson)"),
             Variant("fp16", export + [Fp16Config()], ["onnxruntime"],
                     "fp16 ONNX, inputs and outputs fp32 (tensor cores on the Jetson, twice the fp32 rate)"),
             Variant("int8", export + [tensorrt_int8(int8_config(kopts))], ["onnxruntime"],
@@ -119,6 +120,7 @@ class JetsonOrinNano(Target):
         qat, unavailable = qat_variants(producer, kopts, options, ["onnxruntime"], "int8 tensor cores on the Jetson")
         variants += qat
         hints = producer.unsupported_formats() if hasattr(producer, "unsupported_formats") else {}
+        hints = {n: why for n, why in hints.items() if any(v.name == n for v in variants)}  # this target's variants
         unavailable.update({n: f"{producer.name} has no {n} variant: {why}" for n, why in hints.items()})
         variants = [v for v in variants if v.name not in hints]
         return Plan(self.name, select_variants(self.name, variants, options.variants, unavailable),

@@ -40,7 +40,7 @@ class UserModel(Producer):
                  metric: str | None = None, reference: Callable | None = None, recurrent: dict | None = None,
                  frame_seconds: float | None = None, vocab_size: int | None = None, eval_windows=None,
                  step_calibration: dict | None = None, notes: tuple[str, ...] = (), unsupported: dict | None = None,
-                 int4_layers: dict | None = None, seed: int = 0):
+                 int4_layers: dict | None = None, seed: int = 0, given_precision: str | None = None):
         super().__init__(seed=seed)
         self.name, self.kind, self.native_format = label, kind, native_format
         self.description = f"{kind} model from {label}"
@@ -50,6 +50,7 @@ class UserModel(Producer):
         self.eval_windows_ = eval_windows
         self.int4_layers = int4_layers  # {"matmul": n, "gemm": m}: what MatMulNBits can take, Gemms once rewritten
         self.step_calibration = step_calibration  # a step graph's calibration: per-step inputs with real states
+        self.given_precision = given_precision  # "int8"/"int4" for a file that arrives quantized, else None
         if frame_seconds is not None:
             self.frame_seconds = float(frame_seconds)
         if vocab_size is not None:
@@ -129,6 +130,9 @@ class UserModel(Producer):
         if len(self.inputs) > 1 or self.recurrent:
             return {"tvm": "the TVM runtime feeds one input tensor per call; this model takes "
                            + ("its state as extra inputs" if self.recurrent else f"{len(self.inputs)} inputs")}
+        if self.given_precision:
+            return {"tvm": f"the model arrives {self.given_precision}-quantized, and edgesmith runs such files in "
+                           "onnxruntime only (TVM's importer lacks onnxruntime's integer operators)"}
         return {}
 
     def report_notes(self) -> list[str]:

@@ -272,6 +272,7 @@ def onnx_user_model(path: Path, label: str, request: UserRequest, notes: list[st
 
     from edgesmith.bench.pipeline.deploy import predictor
     from edgesmith.compress import Artifact
+    from edgesmith.compress.onnx_analysis import quantized_ops
     from edgesmith.compress.quant_int4 import int4_layer_counts
     from edgesmith.models.user import UserModel
     from edgesmith.models.user_data import TensorSpec, load_tensors
@@ -333,11 +334,20 @@ def onnx_user_model(path: Path, label: str, request: UserRequest, notes: list[st
     int4_layers = int4_layer_counts(model)
     if not sum(int4_layers.values()):
         unsupported["int4"] = "no MatMul or Gemm with a constant 2-D weight (MatMulNBits would quantize 0 layers)"
+    held = quantized_ops(model)
+    given_precision = None
+    if held:  # measured as it is; quantizing it again would stack a second rounding on the first
+        given_precision = "int4" if "MatMulNBits" in held else "int8"
+        what = ", ".join(f"{k} {v}" for k, v in held.items())
+        notes = notes + [f"the model arrives quantized ({given_precision}: {what}): measured as it is, and only "
+                         "variants that do not quantize it again are built"]
+        for name in ("int8", "int4", "fp16"):
+            unsupported[name] = f"it is already quantized ({what})"
     return UserModel(label=label, kind=kind, native_format="onnx", inputs=specs, path=path, module=torch_module,
                      calibration=cal,
                      evaluation=ev, metric=request.metric, reference=reference, recurrent=recurrent,
                      frame_seconds=frame_seconds, notes=tuple(notes), unsupported=unsupported, int4_layers=int4_layers,
-                     seed=request.seed,
+                     seed=request.seed, given_precision=given_precision,
                      step_calibration=step_calibration)
 
 
