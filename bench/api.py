@@ -84,7 +84,7 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
            model_options: dict | None = None, variants=(), batch_sizes=None, reps: int = 200, warmup: int = 20,
            latency_precision: float = 0.03,
            seed: int = 0, threads: int = 0, n_calibration: int | None = None, calibration_select: str = "first",
-           tvm: bool = True, tvm_tune_trials: int = 0, sensitivity: bool = False, force: bool = False,
+           tvm: bool | None = None, tvm_tune_trials: int = 0, sensitivity: bool = False, force: bool = False,
            progress: bool = False, calibration_data=None, train_data=None, eval_data=None, labels=None, metric: str | None = None,
            input_shapes: dict | None = None, input_types: dict | None = None, train_fn=None,
            trust_model_file: bool = False) -> Path:

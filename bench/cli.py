@@ -291,7 +291,9 @@ def _add_deploy_flags(p: argparse.ArgumentParser) -> None:
                    help="also run TVM tuned with this many fresh MetaSchedule trials")
     p.add_argument("--tvm-records", dest="tvm_records", action="store_true",
                    help="also a TVM row scheduled from tuning records (shipped, or cached by an earlier tune)")
-    p.add_argument("--no-tvm", dest="no_tvm", action="store_true", help="leave TVM rows out")
+    p.add_argument("--tvm", dest="tvm", action="store_true",
+                   help="also untuned TVM rows (by default TVM runs only with --tvm-records or --tvm-tune-trials)")
+    p.add_argument("--no-tvm", dest="no_tvm", action="store_true", help="leave every TVM row out")
     p.add_argument("--variant", action="append", help="only these variants (repeatable)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="option of the model's kind, e.g. prune_sparsity=0.5 (see `edgesmith kinds`; repeatable)")

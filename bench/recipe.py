@@ -171,6 +171,10 @@ def deploy_options(args, recipe: dict, overrides: dict | None = None):
     bench_kw = dict(recipe.get("bench", {}))
     if getattr(args, "tvm_tune_trials", None) is not None:
         plan_kw["tvm_tune_trials"] = args.tvm_tune_trials
+    if getattr(args, "tvm", False) and getattr(args, "no_tvm", False):
+        raise EdgesmithError("--tvm and --no-tvm were both given.", "give one of them.")
+    if getattr(args, "tvm", False):
+        plan_kw["tvm"] = True
     if getattr(args, "no_tvm", False):
         plan_kw["tvm"] = False
     if getattr(args, "tvm_records", False):

@@ -140,7 +140,9 @@ class PlanOptions:
     checked against the kind's options dataclass when the plan is made (``models.kinds``).
     """
 
-    tvm: bool = True
+    # TVM rows: True adds untuned ones, False leaves TVM out, None (default) runs TVM only where asked for by
+    # tvm_records or tvm_tune_trials (an untuned build costs compile time and rarely beats onnxruntime)
+    tvm: bool | None = None
     tvm_tune_trials: int = 0  # 0: no fresh tuning
     tvm_records: bool = False  # also a TVM row scheduled from tuning records (shipped, or cached by a fresh tune)
     variants: tuple[str, ...] = ()  # empty: all the target offers
@@ -151,7 +153,9 @@ class PlanOptions:
 
     def __post_init__(self):
         self.variants = tuple(self.variants)
-        for name in ("tvm", "tvm_records", "training_given"):
+        if self.tvm is not None and not isinstance(self.tvm, bool):
+            raise EdgesmithError(f"plan option tvm is {self.tvm!r}.", "use true, false, or leave it out (only when asked).")
+        for name in ("tvm_records", "training_given"):
             if not isinstance(getattr(self, name), bool):
                 raise EdgesmithError(f"plan option {name} is {getattr(self, name)!r}.", "use true or false.")
         n = self.tvm_tune_trials
@@ -161,6 +165,11 @@ class PlanOptions:
             raise EdgesmithError(f"variants {list(self.variants)!r} are not all names.", "list variant names, e.g. fp32.")
         if not isinstance(self.options, dict):
             raise EdgesmithError(f"options is {self.options!r}, not a table.", "give KEY=VALUE options.")
+
+    @property
+    def wants_tvm(self) -> bool:
+        """Whether TVM rows are built: asked for outright, or by records or fresh tuning."""
+        return self.tvm if self.tvm is not None else bool(self.tvm_records or self.tvm_tune_trials > 0)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -395,7 +395,7 @@ class HostCpu(Target):
         check_exclude(producer, kopts)
         skip = producer.unsupported_runtimes() if hasattr(producer, "unsupported_runtimes") else {}
         skip = {name: why for name, why in skip.items() if name != self.runtime}
-        both = ["onnxruntime", "tvm"] if options.tvm and "tvm" not in skip else ["onnxruntime"]
+        both = ["onnxruntime", "tvm"] if options.wants_tvm and "tvm" not in skip else ["onnxruntime"]
         export = onnx_export(producer)
         variants = [
             given_variant(producer, export, list(both), "fp32 ONNX" + (" export" if export else " (the model as given)")),
@@ -425,8 +425,10 @@ class HostCpu(Target):
             unavailable["pruned"] = "set a prune sparsity above 0 (e.g. --option prune_sparsity=0.5)."
         notes = ["latency and memory are measured on this machine; energy is measured with RAPL where the "
                  "powercap interface exists, otherwise estimated by the host-cpu cost model"]
-        if not options.tvm:
+        if options.tvm is False:
             notes.append("TVM disabled by option")
+        elif not options.wants_tvm:
+            notes.append("TVM rows only when asked: --tvm (untuned), --tvm-records, --tvm-tune-trials N")
         notes += exclude_notes(kopts, variants)
         notes += [f"variant {name} not built: {why}" for name, why in hints.items()]
         notes += [f"runtime {name} left out for this model: {why}" for name, why in skip.items()]

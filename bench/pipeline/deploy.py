@@ -127,7 +127,8 @@ def _runtime_rows(variant, plan_options: PlanOptions) -> list[tuple[str, str, di
     rows = []
     for name in variant.runtimes:
         if name == "tvm":
-            rows.append(("tvm", "tvm (untuned)", {"tune_trials": 0}))
+            if plan_options.tvm:  # asked outright; records or tuning alone bring only their own rows
+                rows.append(("tvm", "tvm (untuned)", {"tune_trials": 0}))
             if plan_options.tvm_records:
                 rows.append(("tvm", "tvm (tuning records)", {"tune_trials": 0, "records": True}))
             if plan_options.tvm_tune_trials > 0:

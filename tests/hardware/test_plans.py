@@ -26,16 +26,23 @@ def _types(variant):
     return [type(p) for p in variant.passes]
 
 
-def test_host_default_plan_has_fp32_int8_int4_with_tvm_except_int4():
+def test_host_default_plan_has_fp32_int8_int4_on_onnxruntime():
     plan = get_target("host-cpu").plan(PRODUCER, PlanOptions())
     v = _by_name(plan)
     assert list(v) == ["fp32", "int8", "int4"]
     assert _types(v["fp32"]) == [ExportOnnxConfig]
     assert _types(v["int8"]) == [ExportOnnxConfig, Int8QdqConfig]
     assert _types(v["int4"]) == [ExportOnnxConfig, Int4WeightOnlyConfig]
-    assert v["fp32"].runtimes == v["int8"].runtimes == ["onnxruntime", "tvm"]
-    assert v["int4"].runtimes == ["onnxruntime"]
+    assert all(var.runtimes == ["onnxruntime"] for var in v.values())
+    assert any("TVM rows only when asked" in n for n in plan.notes)
     assert plan.latency_provenance == "measured"
+
+
+@pytest.mark.parametrize("options", [PlanOptions(tvm=True), PlanOptions(tvm_records=True), PlanOptions(tvm_tune_trials=8)])
+def test_tvm_joins_fp32_and_int8_when_asked(options):
+    v = _by_name(get_target("host-cpu").plan(PRODUCER, options))
+    assert v["fp32"].runtimes == v["int8"].runtimes == ["onnxruntime", "tvm"]
+    assert v["int4"].runtimes == ["onnxruntime"]  # TVM cannot run MatMulNBits
 
 
 def test_host_plan_passes_options_into_the_configs():

@@ -173,7 +173,8 @@ def test_a_backend_that_cannot_run_the_model_is_reported_as_failed_not_fatal(tmp
         return real(self, art, variant, rt_name, *a, **k)
 
     monkeypatch.setattr(d._VariantRun, "row", tvm_breaks)
-    out = deploy(DeployOptions("digits-mlp", "host-cpu", tmp_path / "f", plan=PlanOptions(variants=("fp32",)), **FAST))
+    out = deploy(DeployOptions("digits-mlp", "host-cpu", tmp_path / "f", plan=PlanOptions(tvm=True, variants=("fp32",)),
+                               **FAST))
     report = json.loads((out / "report.json").read_text())
     assert [r["runtime"] for r in report["results"]] == ["onnxruntime"]
     assert report["failed_runs"] == [{"variant": "fp32", "runtime": "tvm", "runtime_label": "tvm (untuned)",
