@@ -10,7 +10,7 @@ import pytest
 from cli_helpers import assert_user_error, run_cli
 from edgesmith.bench import api
 from edgesmith.bench.report.schema import DeployReport
-from pretrained import ppocr, silero_vad, text_lines, vad_sequences
+from edgesmith.bench.studies.pretrained_fixtures import ppocr, silero_vad, text_lines, vad_sequences
 
 FAST = {"reps": 20, "warmup": 2, "tvm": False, "batch_sizes": [1]}
 
