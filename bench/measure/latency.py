@@ -147,6 +147,11 @@ def p50_known(samples, precision: float) -> bool:
     return med > 0 and (hi - lo) / 2 <= precision * med
 
 
+# with a precision goal, how long a batch size is timed at most (once MIN_BUDGETED calls are in) and warmed up at
+# most (once 2 calls are in): a 1-second call at batch 64 is then timed 5 or 6 times, not 20 + 200
+PRECISION_BUDGET_S, WARMUP_BUDGET_S, MIN_BUDGETED = 5.0, 2.0, 5
+
+
 def measure_latency(runtime: Runtime, inputs, *, warmup: int = 20, reps: int = 200, min_time_s: float = 0.0,
                     method: str | None = None, precision: float = 0.0) -> LatencyStats:
     """Time ``runtime.run(inputs)`` call by call with ``time.perf_counter_ns``.
@@ -155,17 +160,21 @@ def measure_latency(runtime: Runtime, inputs, *, warmup: int = 20, reps: int = 2
     Then at least ``reps`` calls are timed, and more until their total reaches ``min_time_s``. With
     ``precision`` > 0, ``reps`` is the most: the timing stops once ``min_time_s`` is spent and the p50's 95%
     interval is within +-``precision`` of it (checked every 10 calls from the 20th), so a slow call on a big
-    batch is not repeated 200 times to learn what 40 calls already tell. Inputs are converted once
-    (contiguous, float32 for floats), so the timed calls do not include a conversion.
+    batch is not repeated 200 times to learn what 40 calls already tell; it also stops after PRECISION_BUDGET_S of
+    timed calls (at least MIN_BUDGETED of them) and warms up for at most WARMUP_BUDGET_S (at least 2 calls): the
+    stats' ``n`` and ``cv`` then say how well the p50 is known. Inputs are converted once (contiguous, float32 for
+    floats), so the timed calls do not include a conversion.
     """
     _check_counts(warmup, reps, min_time_s)
     check_precision(precision)
     if not hasattr(runtime, "artifact_"):
         raise EdgesmithError(f"runtime {runtime.name!r} has no model loaded.", "call runtime.load(artifact) first.")
     x = _as_inputs(inputs)
-    for _ in range(int(warmup)):
-        runtime.run(x)
     clock = time.perf_counter_ns
+    warmed, start = 0, clock()
+    while warmed < warmup and not (precision > 0 and warmed >= 2 and clock() - start >= WARMUP_BUDGET_S * 1e9):
+        runtime.run(x)
+        warmed += 1
     budget_ns = int(min_time_s * 1e9)
     samples_ns: list[int] = []
     spent_ns = 0
@@ -175,10 +184,11 @@ def measure_latency(runtime: Runtime, inputs, *, warmup: int = 20, reps: int = 2
         dt = clock() - t0
         samples_ns.append(dt)
         spent_ns += dt
-        if (precision > 0 and spent_ns >= budget_ns and len(samples_ns) % 10 == 0
-                and p50_known(samples_ns, precision)):
+        if precision > 0 and spent_ns >= budget_ns and (
+                (len(samples_ns) % 10 == 0 and p50_known(samples_ns, precision))
+                or (len(samples_ns) >= MIN_BUDGETED and spent_ns >= PRECISION_BUDGET_S * 1e9)):
             break
-    return LatencyStats.from_samples(np.asarray(samples_ns, dtype=np.float64) * 1e-9, warmup=int(warmup),
+    return LatencyStats.from_samples(np.asarray(samples_ns, dtype=np.float64) * 1e-9, warmup=warmed,
                                      threads=runtime.threads, batch=_batch_of(x), runtime=runtime.name,
                                      method=method or METHOD_IN_PROCESS)
 

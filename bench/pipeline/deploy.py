@@ -452,9 +452,15 @@ def _first_line(e: Exception) -> str:
 
 def _latency_method(target, opts: DeployOptions) -> str:
     if target.latency_provenance == "measured":
+        from edgesmith.bench.measure.latency import MIN_BUDGETED, PRECISION_BUDGET_S, WARMUP_BUDGET_S
+
         calls = (f"up to {opts.reps} timed calls per batch size, stopping once the p50's 95% interval is within "
-                 f"+-{opts.latency_precision:.0%} of it" if opts.latency_precision else f"{opts.reps} timed calls per batch size")
-        return (f"measured: {opts.warmup} warm-up + {calls}, "
+                 f"+-{opts.latency_precision:.0%} of it or after {PRECISION_BUDGET_S:.0f} s of them (at least "
+                 f"{MIN_BUDGETED}; n and cv in the latency detail say how well the p50 is known)"
+                 if opts.latency_precision else f"{opts.reps} timed calls per batch size")
+        warm = (f"{opts.warmup} warm-up calls (at most {WARMUP_BUDGET_S:.0f} s of them, at least 2)"
+                if opts.latency_precision else f"{opts.warmup} warm-up")
+        return (f"measured: {warm} + {calls}, "
                 "perf_counter around run(), one fresh process per artifact")
     return f"estimated with the {target.cost_model.name} cost model (no {target.name} on this machine)"
 

@@ -116,6 +116,19 @@ def test_timing_stops_once_the_p50_is_known_to_the_precision_asked(fake_clock, t
     assert measure_latency(rt, np.zeros((1, 4), np.float32), warmup=0, reps=50).n == 50
 
 
+def test_slow_calls_with_a_precision_goal_are_timed_for_a_bounded_time(fake_clock, tmp_path):
+    # 1-second calls that never pin the median (0.5 s / 1.5 s alternating): warm-up stops after 2 s of calls, timing
+    # once the budget is spent and enough calls are in, instead of 20 + 200 calls (a large batch of a big model)
+    rt = _loaded(SteppingRuntime(fake_clock, [500_000_000, 1_500_000_000]), tmp_path)
+    s = measure_latency(rt, np.zeros((1, 4), np.float32), warmup=20, reps=200, precision=0.03)
+    assert s.warmup == 2 and rt.calls == 2 + s.n
+    assert latency.MIN_BUDGETED <= s.n <= latency.MIN_BUDGETED + 2
+    assert latency.PRECISION_BUDGET_S <= sum(s.samples_s) < latency.PRECISION_BUDGET_S + 1.5
+    # without a precision goal every call asked for still runs
+    rt = _loaded(SteppingRuntime(fake_clock, [500_000_000, 1_500_000_000]), tmp_path)
+    assert measure_latency(rt, np.zeros((1, 4), np.float32), warmup=3, reps=12).n == 12 and rt.calls == 15
+
+
 def test_the_median_interval_covers_the_median_and_narrows_with_more_calls():
     rng = np.random.default_rng(0)
     x = rng.lognormal(0, 0.2, 400)
