@@ -4,7 +4,8 @@ The test extra installs ``silero-vad`` (its wheel carries Silero VAD's ONNX file
 ``rapidocr-onnxruntime`` without its dependencies (only its three PP-OCR ONNX files are read, never its OpenCV
 pipeline). Nothing is downloaded at run time. The data: speech spoken by espeak-ng over noise for the VAD, with a
 speech/non-speech label per 32 ms frame from the clean signal's energy; text lines rendered with matplotlib's DejaVu
-font for PP-OCR's text-direction classifier, half of them turned upside down.
+font for PP-OCR's text-direction classifier (half of them upside down) and recognizer, and pages of such lines for its
+detector.
 """
 from __future__ import annotations
 
@@ -79,29 +80,58 @@ WORDS = ("invoice", "total", "date", "amount", "paid", "order", "number", "addre
          "12.50", "No. 4471", "EUR", "Tel.", "www.example.org", "Hamburg", "London", "Oslo", "Lyon")
 
 
-def text_lines(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(images (n, 3, 48, 192) float32 as PP-OCR's classifier takes them, labels (n,) int64: 1 when upside down)."""
-    from matplotlib import font_manager
+def _line(rng, font_path, words: int):
     from PIL import Image, ImageDraw, ImageFont
+
+    text = " ".join(rng.choice(WORDS, size=words))
+    font = ImageFont.truetype(font_path, int(rng.integers(22, 34)))
+    left, top, right, bottom = font.getbbox(text)
+    pad = int(rng.integers(2, 8))
+    ink, paper = int(rng.integers(0, 80)), int(rng.integers(190, 256))
+    img = Image.new("L", (right - left + 2 * pad, bottom - top + 2 * pad), paper)
+    ImageDraw.Draw(img).text((pad - left, pad - top), text, font=font, fill=ink)
+    return img
+
+
+def text_lines(n: int, seed: int, width: int = 192, flip: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(images (n, 3, 48, width) float32 as PP-OCR's classifier (width 192) and recognizer (320) take them, labels (n,)
+    int64: 1 when upside down, every second line when ``flip``)."""
+    from matplotlib import font_manager
+    from PIL import Image
 
     rng = np.random.default_rng(seed)
     font_path = font_manager.findfont("DejaVu Sans")
     images, labels = [], []
     for i in range(n):
-        text = " ".join(rng.choice(WORDS, size=int(rng.integers(1, 4))))
-        font = ImageFont.truetype(font_path, int(rng.integers(22, 34)))
-        left, top, right, bottom = font.getbbox(text)
-        pad = int(rng.integers(2, 8))
-        ink, paper = int(rng.integers(0, 80)), int(rng.integers(190, 256))
-        img = Image.new("L", (right - left + 2 * pad, bottom - top + 2 * pad), paper)
-        ImageDraw.Draw(img).text((pad - left, pad - top), text, font=font, fill=ink)
-        flipped = i % 2 == 1
+        img = _line(rng, font_path, int(rng.integers(1, 4)))
+        flipped = flip and i % 2 == 1
         if flipped:
             img = img.rotate(180)
-        width = min(192, int(np.ceil(48 * img.width / img.height)))  # PP-OCR's resize: height 48, width padded
-        arr = np.asarray(img.convert("RGB").resize((width, 48), Image.BILINEAR), np.float32) / 255.0
-        canvas = np.zeros((3, 48, 192), np.float32)
-        canvas[:, :, :width] = (arr.transpose(2, 0, 1) - 0.5) / 0.5
+        w = min(width, int(np.ceil(48 * img.width / img.height)))  # PP-OCR's resize: height 48, width padded
+        arr = np.asarray(img.convert("RGB").resize((w, 48), Image.BILINEAR), np.float32) / 255.0
+        canvas = np.zeros((3, 48, width), np.float32)
+        canvas[:, :, :w] = (arr.transpose(2, 0, 1) - 0.5) / 0.5
         images.append(canvas)
         labels.append(int(flipped))
     return np.stack(images), np.asarray(labels, np.int64)
+
+
+def text_pages(n: int, seed: int, size: int = 320) -> np.ndarray:
+    """Pages (n, 3, size, size) float32 of 3-6 text lines at random places, normalised as PP-OCR's detector takes
+    them (ImageNet mean and deviation)."""
+    from matplotlib import font_manager
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    font_path = font_manager.findfont("DejaVu Sans")
+    mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+    pages = []
+    for _ in range(n):
+        page = Image.new("L", (size, size), int(rng.integers(200, 256)))
+        for _ in range(int(rng.integers(3, 7))):
+            line = _line(rng, font_path, int(rng.integers(1, 3)))
+            line = line.resize((min(line.width, size - 8), line.height))
+            page.paste(line, (int(rng.integers(0, size - line.width + 1)), int(rng.integers(0, size - line.height + 1))))
+        arr = np.asarray(page.convert("RGB"), np.float32) / 255.0
+        pages.append(((arr - mean) / std).transpose(2, 0, 1))
+    return np.stack(pages).astype(np.float32)
