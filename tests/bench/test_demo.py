@@ -39,7 +39,7 @@ def test_demo_writes_a_report_per_deploy_and_a_summary(tmp_path, capsys, digits)
     np.save(tmp_path / "x.npy", x[:48]), np.save(tmp_path / "y.npy", y[:48])
     recipe = tmp_path / "demo.toml"
     recipe.write_text('[bench]\nwarmup = 1\nreps = 5\n'
-                      '[[deploy]]\nmodel = "digits-mlp"\ntarget = "host-cpu"\n'
+                      '[[deploy]]\nmodel = "digits-mlp"\ntarget = "host-cpu"\nplan = { tvm = true }\n'
                       '[[deploy]]\nmodel = "digits-mlp"\ntarget = "loihi2"\n'
                       f'eval_data = "{tmp_path / "x.npy"}"\nlabels = "{tmp_path / "y.npy"}"\n'
                       '[[deploy]]\nmodel = "gbrl-cartpole"\ntarget = "host-cpu"\n'
