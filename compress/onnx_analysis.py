@@ -524,3 +524,52 @@ def quantized_ops(model: onnx.ModelProto) -> dict[str, int]:
 
     walk(model.graph)
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def as_quantizable_ops(model: onnx.ModelProto) -> dict[str, int]:
+    """Rewrite, in place, operators onnxruntime has no integer kernel for into ones it has, with the same values:
+    ``Div`` by a constant -> ``Mul`` by its reciprocal, ``HardSigmoid`` -> ``Mul``, ``Add``, ``Clip``. A quantizer that
+    takes every operator type can then keep a mobile network's HardSwish/HardSigmoid/SE chains in int8 instead of
+    leaving the graph through a dequantize/quantize pair at each. Node names are kept (the Mul or the Clip takes the
+    rewritten node's name). Returns {what: how many}."""
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    counts = {"Div": 0, "HardSigmoid": 0}
+    out = []
+    for node in list(g.node):
+        if node.op_type == "Div" and len(node.input) == 2 and node.input[1] in inits:
+            c = numpy_helper.to_array(inits[node.input[1]])
+            if c.dtype.kind == "f" and np.all(c != 0):
+                name = f"{node.input[1]}_reciprocal"
+                if name not in inits:
+                    inits[name] = numpy_helper.from_array((1.0 / c.astype(np.float64)).astype(c.dtype), name)
+                    g.initializer.append(inits[name])
+                new = onnx.NodeProto()
+                new.CopyFrom(node)
+                new.op_type, new.input[1] = "Mul", name
+                out.append(new)
+                counts["Div"] += 1
+                continue
+        if node.op_type == "HardSigmoid" and not node.domain:
+            alpha = next((a.f for a in node.attribute if a.name == "alpha"), 0.2)
+            beta = next((a.f for a in node.attribute if a.name == "beta"), 0.5)
+            base = node.output[0]
+            for suffix, v in (("_alpha", alpha), ("_beta", beta), ("_zero", 0.0), ("_one", 1.0)):
+                g.initializer.append(numpy_helper.from_array(np.array(v, np.float32), base + suffix))
+            out += [onnx.helper.make_node("Mul", [node.input[0], base + "_alpha"], [base + "_scaled"], name=node.name + "/mul"),
+                    onnx.helper.make_node("Add", [base + "_scaled", base + "_beta"], [base + "_shifted"],
+                                          name=node.name + "/add"),
+                    onnx.helper.make_node("Clip", [base + "_shifted", base + "_zero", base + "_one"], [base],
+                                          name=node.name)]
+            counts["HardSigmoid"] += 1
+            continue
+        out.append(node)
+    if any(counts.values()):
+        copies = []
+        for n in out:
+            c = onnx.NodeProto()
+            c.CopyFrom(n)
+            copies.append(c)
+        del g.node[:]
+        g.node.extend(copies)
+    return {k: v for k, v in counts.items() if v}

@@ -36,6 +36,7 @@ from edgesmith.compress.onnx_analysis import (
     INTEGER_TYPES,
     WEIGHT_OPS,
     WeightLayer,
+    as_quantizable_ops,
     batched_feeds,
     bits_per_weight,
     check_node_names,
@@ -424,6 +425,14 @@ def _int8_qdq(artifact: Artifact, config: Int8QdqConfig, ctx: PassContext) -> Pa
     if folded:
         report.notes.append(f"{folded} BatchNormalization node(s) folded into the Conv before them (onnxruntime folds "
                             "them in fp32 too; left alone, each would sit in fp32 between two integer Convs)")
+    candidate_sets = [config.op_types] + ([()] if config.choose_op_types else [])
+    if any(not ops or "Mul" in ops for ops in candidate_sets):  # where Mul stays fp32 the rewrite only adds nodes
+        rewritten = as_quantizable_ops(fp32)
+        folded += sum(rewritten.values())
+        if rewritten:
+            report.notes.append("rewritten with the same values so that they can stay in int8: "
+                                + ", ".join(f"{v} {k}" for k, v in rewritten.items())
+                                + " (Div by a constant as Mul by its reciprocal, HardSigmoid as Mul, Add, Clip)")
     index_nodes = index_arithmetic_nodes(fp32)
     with tempfile.TemporaryDirectory(prefix=".int8.", dir=ctx.workdir) as tmp:
         prepared, source = Path(tmp) / "prepared.onnx", artifact.path

@@ -204,3 +204,25 @@ def test_batch_norms_fold_into_the_conv_before_them_with_the_same_outputs():
     assert [(n.op_type, n.name) for n in model.graph.node] == [("Conv", "conv"), ("Relu", "")]
     np.testing.assert_allclose(run(model), before, rtol=1e-5, atol=1e-5)
     assert {t.name for t in model.graph.initializer} == {"W", "B"}  # the BN's parameters are gone
+
+
+def test_div_by_a_constant_and_hardsigmoid_are_rewritten_into_quantizable_ops_with_the_same_values():
+    import onnxruntime as ort
+
+    from edgesmith.compress.onnx_analysis import as_quantizable_ops
+
+    # HardSwish as mobile networks export it: x * HardSigmoid(x), and a Div by 6 of another branch
+    nodes = [helper.make_node("HardSigmoid", ["x"], ["hs"], name="hsig", alpha=1 / 6, beta=0.5),
+             helper.make_node("Mul", ["x", "hs"], ["hswish"]), helper.make_node("Div", ["hswish", "six"], ["y"], name="d")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+                              initializer=[numpy_helper.from_array(np.array(6.0, np.float32), "six")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.linspace(-5, 5, 16, dtype=np.float32).reshape(2, 8)
+    run = lambda m: ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    before = run(model)
+    assert as_quantizable_ops(model) == {"Div": 1, "HardSigmoid": 1}
+    assert {n.op_type for n in model.graph.node} == {"Mul", "Add", "Clip"}
+    assert {"hsig", "d"} <= {n.name for n in model.graph.node}  # exclude lists still find them
+    np.testing.assert_allclose(run(model), before, rtol=1e-6, atol=1e-7)
+    onnx.checker.check_model(model, full_check=True)
