@@ -294,14 +294,15 @@ def quantize(model: str, pass_kind: str = "int8-qdq", *, out: str | os.PathLike,
     """Apply one pass to a producer's model, a user's model file or an ONNX file and write the result plus
     ``OUT.report.json``.
 
-    For a producer or a model file other than ONNX (an official checkpoint, ``file.py:factory``, ...: any
-    model source ``deploy`` reads), the model is first exported with its kind's export pass when the pass takes a
-    file, and a pass that leaves a torch model (pruning, a language-model quantizer) is followed by that export; the
-    written file is then scored with the model's metric. ``calibration``: an array of inputs (needed by static
-    quantization of an ONNX file; for a producer it replaces the producer's own). ``calibration_data`` and
-    ``eval_data``: a model file's data as files its source reads (UTF-8 text for a language model's checkpoint, .npy/.npz
-    otherwise), as ``deploy --calibration-data / --eval-data`` takes them. ``input_shapes`` / ``input_types``:
-    example inputs to trace a torch model file given no data (``deploy --input-shape``).
+    A producer or a model file (an ONNX file, an official checkpoint, ``file.py:factory``, ...: any model source
+    ``deploy`` reads, with the same ``model_options``: an ONNX file's ``state=`` and ``const=`` too) is first exported with
+    its kind's export pass when the pass takes a file, and a pass that leaves a torch model (pruning, a language-model
+    quantizer) is followed by that export; the written file is then scored with the model's metric where there is data.
+    ``calibration``: an array of inputs (for an ONNX file, fed to the pass as it is; for a producer it replaces the
+    producer's own). ``calibration_data`` and ``eval_data``: a model file's data as files its source reads (UTF-8 text for
+    a language model's checkpoint, .npy/.npz otherwise; a recurrent ONNX model calibrates on its step feeds), as ``deploy
+    --calibration-data / --eval-data`` takes them. ``input_shapes`` / ``input_types``: example inputs to trace a torch
+    model file given no data (``deploy --input-shape``).
     """
     from edgesmith.bench.pipeline.deploy import _artifact_scorer, predictor, source_artifact
     from edgesmith.compress import Artifact, PassContext, config_from_dict, run_passes

@@ -35,5 +35,6 @@ __all__ = ['EdgesmithError', 'Interrupted', 'NoEvaluationData', 'raised', 'MAX_S
            'sweep_stale_temps', 'SCRATCH', 'sweep_stale_scratch', 'scratch_dir', 'check_output', 'check_output_path',
            'regular_file', 'environment_error', 'quiet_native_output', 'atomic_path', 'atomic_files', 'write_json',
            'SOURCE_ROOT', 'SHIPPED_WEIGHTS', 'cache_dir', 'cache_error', 'build_lock', 'cached', 'torch_cached',
-           'module_cached', 'load_or_train', 'import_modules', 'Feeds', 'batch_axes', 'n_samples', 'sample_slice', 'die_with_parent', 'run_child', 'LAVA_ENV_VAR',
+           'module_cached', 'load_or_train', 'import_modules', 'Feeds', 'batch_axes', 'n_samples', 'sample_slice',
+           'die_with_parent', 'run_child', 'LAVA_ENV_VAR',
            'LAVA_REQUIREMENTS', 'LAVA_STAMP', 'default_lava_env', 'lava_python', 'lava_available', 'run_in_lava_env']

@@ -556,7 +556,8 @@ def as_quantizable_ops(model: onnx.ModelProto) -> dict[str, int]:
             base = node.output[0]
             for suffix, v in (("_alpha", alpha), ("_beta", beta), ("_zero", 0.0), ("_one", 1.0)):
                 g.initializer.append(numpy_helper.from_array(np.array(v, np.float32), base + suffix))
-            out += [onnx.helper.make_node("Mul", [node.input[0], base + "_alpha"], [base + "_scaled"], name=node.name + "/mul"),
+            out += [onnx.helper.make_node("Mul", [node.input[0], base + "_alpha"], [base + "_scaled"],
+                                          name=node.name + "/mul"),
                     onnx.helper.make_node("Add", [base + "_scaled", base + "_beta"], [base + "_shifted"],
                                           name=node.name + "/add"),
                     onnx.helper.make_node("Clip", [base + "_shifted", base + "_zero", base + "_one"], [base],

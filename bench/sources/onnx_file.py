@@ -128,7 +128,8 @@ def prepare(path: Path, constants: dict | None = None) -> tuple[Path, list[str]]
             raise EdgesmithError(f"{path} is too large to rewrite here ({'; '.join(notes)}).",
                                  f"re-export it with opset {MIN_OPSET} or newer and its weights as initializers.")
         return path, notes
-    pinned = ";".join(f"{k}={np.asarray(v).dtype.str}:{np.asarray(v).tolist()!r}" for k, v in sorted((constants or {}).items()))
+    pinned = ";".join(f"{k}={np.asarray(v).dtype.str}:{np.asarray(v).tolist()!r}"
+                      for k, v in sorted((constants or {}).items()))
     out = work_path(file_digest(path) + b"prepared-v2" + pinned.encode(), ".onnx")
     if not out.exists():
         with atomic_path(out, force=True) as tmp:
