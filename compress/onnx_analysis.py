@@ -393,12 +393,20 @@ def _sort_graph(graph, outer: set) -> bool:
     scope = set(ready)
     if not all(_sort_graph(g, scope) for n in ordered for g in _subgraphs(n)):
         return False
-    copies = [onnx.NodeProto() for _ in ordered]
-    for c, n in zip(copies, ordered):
+    _replace_nodes(graph, ordered)
+    return True
+
+
+def _replace_nodes(graph, nodes: list) -> None:
+    """Make ``nodes`` (messages that may be ``graph``'s own) the graph's node list, in that order: copied first, as
+    clearing the repeated field would otherwise take them with it."""
+    copies = []
+    for n in nodes:
+        c = onnx.NodeProto()
         c.CopyFrom(n)
+        copies.append(c)
     del graph.node[:]
     graph.node.extend(copies)
-    return True
 
 
 def topologically_sorted(model: onnx.ModelProto) -> bool:
@@ -490,13 +498,7 @@ def fold_batch_norms(model: onnx.ModelProto) -> int:
             for sub in _subgraphs(node):
                 rewire(sub)
 
-    copies = []
-    for n in kept:
-        c = onnx.NodeProto()
-        c.CopyFrom(n)
-        copies.append(c)
-    del g.node[:]
-    g.node.extend(copies)
+    _replace_nodes(g, kept)
     rewire(g)
     used = {i for n in g.node for i in n.input} | {i for n in g.node for s in _subgraphs(n) for i in _outer_names(s)}
     unused = [t for t in g.initializer if t.name not in used and t.name not in {i.name for i in g.input}]
@@ -566,11 +568,5 @@ def as_quantizable_ops(model: onnx.ModelProto) -> dict[str, int]:
             continue
         out.append(node)
     if any(counts.values()):
-        copies = []
-        for n in out:
-            c = onnx.NodeProto()
-            c.CopyFrom(n)
-            copies.append(c)
-        del g.node[:]
-        g.node.extend(copies)
+        _replace_nodes(g, out)
     return {k: v for k, v in counts.items() if v}
