@@ -10,7 +10,7 @@ import pytest
 from cli_helpers import assert_user_error, run_cli
 from edgesmith.bench import api
 from edgesmith.bench.report.schema import DeployReport
-from edgesmith.bench.studies.pretrained_fixtures import ppocr, silero_vad, text_lines, vad_sequences
+from edgesmith.bench.studies.pretrained_fixtures import ppocr, silero_vad, text_lines, text_pages, vad_sequences
 
 FAST = {"reps": 20, "warmup": 2, "tvm": False, "batch_sizes": [1]}
 
@@ -91,3 +91,21 @@ def test_ppocr_text_direction_classifier_int8_keeps_its_accuracy(tmp_path):
     fp32, int8 = report.row("fp32", "onnxruntime"), report.row("int8", "onnxruntime")
     assert fp32.evaluation.metric == "accuracy" and fp32.evaluation.value > 0.9
     assert int8.evaluation.value >= fp32.evaluation.value - 0.03
+
+
+@pytest.mark.parametrize("name", ["det", "rec"])
+def test_ppocr_detector_and_recognizer_deploy_with_int8_and_int4_where_they_apply(name, tmp_path):
+    # no labels: scored by fidelity to fp32; the detector has no MatMul, so int4 is listed as not built
+    x = text_pages(6, seed=0) if name == "det" else text_lines(24, seed=0, width=320, flip=False)[0]
+    np.save(tmp_path / "cal.npy", x[: len(x) // 2])
+    np.save(tmp_path / "eval.npy", x[len(x) // 2:])
+    out = api.deploy(str(ppocr(name)), "host-cpu", out=tmp_path / name, calibration_data=tmp_path / "cal.npy",
+                     eval_data=tmp_path / "eval.npy", **FAST)
+    report = _report(out)
+    assert not report.failed_runs
+    rows = {r.variant: r.evaluation.value for r in report.results}
+    assert rows["fp32"] == 200.0 and 5.0 < rows["int8"] < 200.0  # fidelity in dB; 200 means identical
+    if name == "det":
+        assert "int4" not in rows and "int4" in report.plan.not_built
+    else:
+        assert 5.0 < rows["int4"] < 200.0
