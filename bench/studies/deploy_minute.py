@@ -12,7 +12,6 @@ deploy_minute.png (wall time per model) into ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgesmith.bench.report.schema import DeployReport
 from edgesmith.bench.studies.claim_io import claim_command, refuse_existing, save_png, write_claim
 from edgesmith.bench.studies.pretrained_fixtures import ppocr, silero_vad, text_lines, text_pages, vad_sequences
 
@@ -75,15 +75,14 @@ def deploy_one(name: str, work: Path) -> dict:
     if done.returncode != 0:
         row["error"] = (done.stderr.strip().splitlines() or ["(no output)"])[0]
         return row
-    report = json.loads((folder / "report" / "report.json").read_text())
-    rows = {(r["variant"], r["runtime"]): r for r in report["results"]}
-    row["metric"] = next(iter(rows.values()))["evaluation"]["metric"] if rows else None
-    row["variants"] = {f"{v}/{rt}": round(r["evaluation"]["value"], 4) for (v, rt), r in rows.items()}
-    row["failed"] = [f"{f['variant']}/{f['runtime_label']}" for f in report.get("failed_runs", [])]
-    row["not_built"] = sorted((report.get("plan") or {}).get("not_built") or {})
-    fp32, int8 = rows.get(("fp32", "onnxruntime")), rows.get(("int8", "onnxruntime"))
-    if fp32 and int8:
-        row["int8_over_fp32_p50_b1"] = round(int8["latency"]["1"]["p50"] / fp32["latency"]["1"]["p50"], 2)
+    report = DeployReport.load(folder / "report" / "report.json")
+    row["metric"] = report.results[0].evaluation.metric if report.results else None
+    row["variants"] = {f"{r.variant}/{r.runtime}": round(r.evaluation.value, 4) for r in report.results}
+    row["failed"] = [f"{f.variant}/{f.runtime_label}" for f in report.failed_runs]
+    row["not_built"] = sorted(report.plan.not_built)
+    fp32, int8 = report.row("fp32", "onnxruntime"), report.row("int8", "onnxruntime")
+    if fp32 and int8 and 1 in fp32.latency and 1 in int8.latency:
+        row["int8_over_fp32_p50_b1"] = round(int8.latency[1].p50 / fp32.latency[1].p50, 2)
     return row
 
 
