@@ -25,7 +25,7 @@ from edgesmith import __version__
 from edgesmith.bench.measure.energy import RaplReader, energy_figure
 from edgesmith.bench.measure.latency import check_precision, measure_isolated
 from edgesmith.bench.measure.ood_monitor import ood_entry, ood_reference
-from edgesmith.bench.report.writers import write_report
+from edgesmith.bench.report.writers import SLOWER_MARGIN, write_report
 from edgesmith.bench.sources.base import UserRequest, resolve_model
 from edgesmith.common import EdgesmithError, Interrupted, atomic_path, check_output, check_seed
 from edgesmith.common.checks import is_int
@@ -399,7 +399,7 @@ def _first_runtime(plan, variant: str) -> str | None:
     return next((v.runtimes[0] for v in plan.variants if v.name == variant), None)
 
 
-def slower_than_baseline(results: list[dict], baseline: str | None, margin: float = 1.1) -> list[str]:
+def slower_than_baseline(results: list[dict], baseline: str | None, margin: float = SLOWER_MARGIN) -> list[str]:
     """A warning for every compressed variant measured slower than the plan's first (uncompressed) variant
     on the same runtime and batch: compression that costs speed should be seen, not found later."""
     if baseline is None:

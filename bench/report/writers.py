@@ -13,6 +13,10 @@ from edgesmith.bench.report.schema import DeployReport, Layer, ResultRow, as_rep
 from edgesmith.common import write_json
 
 
+# a compressed variant's measured p50 above this multiple of the uncompressed one's is marked in the results table
+SLOWER_MARGIN = 1.1
+
+
 def _fmt_s(s: float | None) -> str:
     if s is None:
         return "-"
@@ -85,11 +89,17 @@ def render_markdown(report: DeployReport | dict) -> str:
         + f" | energy / {unit} | energy provenance |",
         "|" + "---|" * (9 + 2 * len(batches)),
     ]
+    baseline = report.variants[0].name if report.variants else None  # the plan's uncompressed variant
+    base_p50 = {(r.runtime_label, b): t.p50 for r in report.results if r.variant == baseline
+                for b, t in r.latency.items() if t.provenance == "measured"}
     for r in report.results:
         lat_cells, speed_cells = [], []
         for b in batches:
             entry = r.latency.get(b)
-            lat_cells.append("-" if entry is None else f"{_fmt_s(entry.p50)} ({entry.provenance[:4]})")
+            base = base_p50.get((r.runtime_label, b)) if r.variant != baseline else None
+            slower = (f" **{entry.p50 / base:.2f}x {baseline}**" if entry is not None and base
+                      and entry.provenance == "measured" and entry.p50 > SLOWER_MARGIN * base else "")
+            lat_cells.append("-" if entry is None else f"{_fmt_s(entry.p50)} ({entry.provenance[:4]}){slower}")
             sp = r.speed.get(b)
             speed_cells.append("-" if sp is None else f"{sp.value:.4g} {sp.unit}")
         e = r.energy
