@@ -531,13 +531,17 @@ def test_a_bad_constant_is_one_error_naming_it(tmp_path, capsys, const, needle):
     assert_user_error(code, err, needle)
 
 
-@pytest.mark.parametrize("form", ["dynamic", "qdq"])
+@pytest.mark.parametrize("form", ["dynamic", "qdq", "matmulnbits"])
 def test_a_model_that_arrives_quantized_is_measured_as_it_is(files, tmp_path, capsys, form):
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
 
     model = tmp_path / f"{form}.onnx"
     if form == "dynamic":  # MatMulInteger + DynamicQuantizeLinear, as OCR models ship
         quantize_dynamic(str(files / "mlp.onnx"), str(model), weight_type=QuantType.QInt8)
+    elif form == "matmulnbits":  # 4-bit weights, as LLM exports ship (written here by edgesmith's own int4 pass)
+        code, _, err = run_cli(capsys, "quantize", files / "mlp.onnx", "--pass", "int4-weight-only", "--out", model,
+                               "--quiet")
+        assert code == 0, err
     else:
         x = np.load(files / "calib.npy")
         reader = type("R", (), {"it": iter([{"x": x[i:i + 16]} for i in range(0, 64, 16)]),
@@ -549,7 +553,7 @@ def test_a_model_that_arrives_quantized_is_measured_as_it_is(files, tmp_path, ca
     assert "not built: int8: it is already quantized" in out
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     assert [(r["variant"], r["runtime"]) for r in report["results"]] == [("given", "onnxruntime")]
-    assert any("arrives quantized (int8" in n for n in report["notes"])
+    assert any(f"arrives quantized ({'int4' if form == 'matmulnbits' else 'int8'}" in n for n in report["notes"])
     assert report["results"][0]["evaluation"]["value"] > 0.5  # it runs, and it is the labelled MLP
     code, _, err = run_cli(capsys, "deploy", model, "--target", "host-cpu", "--out", tmp_path / "r2", "--variant",
                            "int8", "--calibration-data", files / "calib.npy", *FAST)
