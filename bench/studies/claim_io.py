@@ -14,7 +14,7 @@ def claim_command(module: str, argv: list[str] | None) -> str:
     import shlex
     import sys
 
-    return f"python -m {module} " + shlex.join(sys.argv[1:] if argv is None else argv)
+    return f"python -m {module} {shlex.join(sys.argv[1:] if argv is None else argv)}".rstrip()
 
 
 def save_png(fig, path: Path, dpi: int = 110) -> None:
