@@ -192,9 +192,12 @@ def _count_branching(graph) -> int:
     return n
 
 
-def given_constants(request: UserRequest, input_names: list[str]) -> dict[str, np.ndarray]:
+def given_constants(request: UserRequest, model_path: Path) -> dict[str, np.ndarray]:
     """{input: value} pinned by ``--model-option const=NAME:VALUE,...`` and by 0-d arrays of an input's name in the
-    data .npz files (the same value wherever it is given)."""
+    data .npz files (the same value wherever it is given). The model's input names are read only when a data file
+    holds a 0-d array."""
+    import onnx
+
     from edgesmith.models.user_data import read_arrays
 
     found: dict[str, np.ndarray] = {}
@@ -214,10 +217,18 @@ def given_constants(request: UserRequest, input_names: list[str]) -> dict[str, n
         if value is None or not np.isfinite(value):
             raise EdgesmithError(f"const {item!r} is not NAME:NUMBER.", "e.g. --model-option const=sr:16000.")
         put(name.strip(), np.asarray(int(value)) if value == int(value) else value, "--model-option const")
+    input_names = None
     for path in (request.calibration_data, request.eval_data):
         if path is not None and Path(path).suffix == ".npz" and Path(path).is_file():
             for name, arr in read_arrays(path).items():
-                if name in input_names and np.ndim(arr) == 0:
+                if np.ndim(arr) != 0:
+                    continue
+                if input_names is None:  # the graph without its weights: names are all that is needed
+                    try:
+                        input_names = {i.name for i in onnx.load(str(model_path), load_external_data=False).graph.input}
+                    except Exception:  # not ONNX: prepare's check says so in one line
+                        input_names = set()
+                if name in input_names:
                     put(name, np.asarray(arr), str(path))
     return found
 
@@ -417,7 +428,7 @@ class OnnxFileSource(ModelSource):
 
     def load(self, spec: str, request: UserRequest):
         path = Path(spec)
-        model, _ = load_checked(path)
-        constants = given_constants(request, [i.name for i in model.graph.input])
+        regular_file(path, "model file")  # before a data file is read for the constants it may hold
+        constants = given_constants(request, path)
         prepared, notes = prepare(path, constants)
         return onnx_user_model(prepared, path.name, request, notes, pinned=constants)
