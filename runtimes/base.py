@@ -117,6 +117,67 @@ def as_input(x) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
+def cast_for_input(name: str, x: np.ndarray, dtype, shape) -> np.ndarray:
+    """``x`` as the declared ``dtype`` of input ``name`` (ints may become floats), after a rank/shape check."""
+    dtype = np.dtype(dtype)
+    if x.dtype != dtype:
+        ok = (np.issubdtype(dtype, np.floating) and (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating))) \
+            or (np.issubdtype(dtype, np.integer) and np.issubdtype(x.dtype, np.integer))
+        if not ok:
+            raise EdgesmithError(f"input {name!r} is {x.dtype} but the model takes {dtype}.",
+                                 f"give {name!r} as {dtype} data.")
+        if np.issubdtype(dtype, np.integer) and np.issubdtype(x.dtype, np.integer):
+            info = np.iinfo(dtype)
+            if x.size and (x.min() < info.min or x.max() > info.max):
+                raise EdgesmithError(f"input {name!r} holds values outside the range of {dtype}.",
+                                     f"give {name!r} values in [{info.min}, {info.max}].")
+        x = x.astype(dtype)
+    if shape is not None:
+        if x.ndim != len(shape):
+            raise EdgesmithError(f"input {name!r} has shape {tuple(x.shape)} but the model takes rank {len(shape)} "
+                                 f"({', '.join(str(d) if isinstance(d, int) else '?' for d in shape)}).",
+                                 f"reshape {name!r} to the model's input shape.")
+        bad = [i for i, d in enumerate(shape) if isinstance(d, int) and d > 0 and x.shape[i] != d]
+        if bad:
+            raise EdgesmithError(f"input {name!r} has shape {tuple(x.shape)} but the model takes "
+                                 f"({', '.join(str(d) if isinstance(d, int) else '?' for d in shape)}).",
+                                 f"reshape {name!r} to the model's input shape (dimension {bad[0]} differs).")
+    return np.ascontiguousarray(x)
+
+
+def check_input_names(declared, x: dict) -> None:
+    """Refuse a dict of inputs whose names are not exactly the model's ``declared`` input names."""
+    missing = [n for n in declared if n not in x]
+    extra = [n for n in x if n not in declared]
+    if missing or extra:
+        raise EdgesmithError(
+            f"the model takes inputs {', '.join(declared)} but got {', '.join(x)}"
+            + (f" (missing {', '.join(missing)})" if missing else "")
+            + (f" (unknown {', '.join(extra)})" if extra else "") + ".",
+            "name the arrays after the model's inputs (an .npz with one array per input name).")
+
+
+class NamedInputRuntime(Runtime):
+    """A backend fed by input name (ONNX runtimes): ``_load`` sets ``inputs_`` = {name: (dtype, shape)}, the
+    inputs the graph declares; each array is checked against its input and cast before the call."""
+
+    multi_input = True
+
+    def _check_shape(self, x) -> None:
+        if isinstance(x, dict):
+            check_input_names(self.inputs_, x)
+        else:
+            if len(self.inputs_) != 1:
+                raise EdgesmithError(f"the model takes {len(self.inputs_)} inputs ({', '.join(self.inputs_)}) but got "
+                                     "one array.", "give one array per input name (an .npz or a dict).")
+            super()._check_shape(x)
+
+    def _feed(self, x) -> dict:
+        """{input name: array in its declared dtype} for one array (the only input) or a dict of named arrays."""
+        items = x.items() if isinstance(x, dict) else [(next(iter(self.inputs_)), x)]
+        return {n: cast_for_input(n, a, *self.inputs_[n]) for n, a in items}
+
+
 # a per-name table: asking for one runtime imports only its module
 RUNTIMES: Registry[type[Runtime]] = Registry("runtime", "edgesmith.runtimes:RUNTIME_MODULES")
 
