@@ -19,7 +19,8 @@ Each returns None or raises ``ContractError`` (an ``AssertionError``) naming the
   on the config class; the digits MLP, its ONNX export, a small tree ensemble or a NIR graph by default) into
   an artifact of its output format: a pass that refuses every input fails;
 - a runtime: it runs its ``contract_fixture`` and returns batch-first finite float32 outputs and run statistics,
-  and refuses an artifact of another format;
+  and refuses an artifact of another format (a benchmark peer's backend whose package is not installed, such as
+  OpenVINO without the ``peer`` extra, must instead refuse to start with a message naming that extra);
 - a target: every plan for a kind it runs names registered passes and runtimes whose formats chain from the
   producer's to the runtime's; other kinds are refused;
 - a producer: the tiny version builds without being asked to by ``weight_files``, calibrates with finite data of
@@ -299,8 +300,13 @@ def check_runtime(name: str, workdir: str | Path, fixtures: Fixtures | None = No
     from edgesmith.runtimes.base import RUNTIMES
 
     fx = fixtures or Fixtures(workdir)
-    get_runtime(name)  # imports the backend (and says why, if it is not available here)
     cls = RUNTIMES.get(name)
+    ok, why = cls.available()
+    if not ok and cls.extra:  # a peer's backend without its extra: the contract is a refusal that names the extra
+        _refuses(lambda: get_runtime(name), name, "its missing package must be refused", name)
+        _require(cls.extra in why, name, f"the refusal must name the extra {cls.extra!r} that brings it: {why!r}")
+        return
+    get_runtime(name)  # imports the backend (and says why, if it is not available here)
     _require(cls.contract_fixture in FIXTURES, name, f"names no known contract fixture ({cls.contract_fixture!r})")
     art, x = fx.artifact(cls.contract_fixture)
     _require(art.format in cls.formats, name, f"its fixture is {art.format}, which it does not load")

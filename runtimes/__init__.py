@@ -17,6 +17,7 @@ RUNTIME_MODULES = {
     "lrnn-ref": "edgesmith.runtimes.lrnn_ref",
     "lava-lrnn": "edgesmith.runtimes.lava_lrnn_rt",
     "rwkv-c": "edgesmith.runtimes.rwkv_c_rt",
+    "openvino": "edgesmith.runtimes.openvino_rt",
 }
 
 

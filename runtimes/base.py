@@ -48,6 +48,9 @@ class Runtime(ABC):
     multi_input: ClassVar[bool] = False  # takes a dict of named inputs (else exactly one array)
     # the kind of artifact the registry contract tests (tests/test_contracts.py) load into this backend
     contract_fixture: ClassVar[str] = ""
+    # the install extra that brings this backend's package (a benchmark peer such as OpenVINO), or None when
+    # edgesmith's own dependencies carry it; where the extra is missing, available() names it
+    extra: ClassVar[str | None] = None
 
     def __init__(self, threads: int | None = None, **options):
         self.threads = threads
