@@ -570,3 +570,48 @@ def as_quantizable_ops(model: onnx.ModelProto) -> dict[str, int]:
     if any(counts.values()):
         _replace_nodes(g, out)
     return {k: v for k, v in counts.items() if v}
+
+
+def drop_output_quantizers(model: onnx.ModelProto, quantized_types: Iterable[str]) -> int:
+    """Remove, in place, each activation's QuantizeLinear -> DequantizeLinear pair that no node of
+    ``quantized_types`` reads (in the top graph): the requantization of a layer's output that only float nodes use.
+    onnxruntime needs that pair to fuse a layer into one integer kernel; OpenVINO instead fuses quantizers on a
+    layer's inputs and leaves such a pair as a round trip of its own. Weights' DequantizeLinear nodes and pairs that
+    feed a graph output stay. Returns how many nodes were removed."""
+    g = model.graph
+    quantized_types = set(quantized_types)
+    producer = {o: n for n in g.node for o in n.output}
+    readers: dict[str, list] = {}
+    for node in g.node:
+        for i in node.input:
+            readers.setdefault(i, []).append(node)
+        for sub in _subgraphs(node):
+            for i in _outer_names(sub):
+                readers.setdefault(i, []).append(node)
+    outputs = {o.name for o in g.output}
+    rename, drop = {}, set()
+    for q in g.node:
+        src = producer.get(q.input[0]) if q.op_type == "QuantizeLinear" else None
+        if src is None or src.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            continue  # an initializer's or a graph input's quantizer, or not a quantizer at all
+        dqs = readers.get(q.output[0], [])
+        if not dqs or any(d.op_type != "DequantizeLinear" or d.output[0] in outputs for d in dqs):
+            continue
+        if any(r.op_type in quantized_types for d in dqs for r in readers.get(d.output[0], [])):
+            continue
+        drop.update(id(n) for n in (q, *dqs))
+        rename.update({d.output[0]: q.input[0] for d in dqs})
+    if not drop:
+        return 0
+
+    def rewire(graph):
+        for node in graph.node:
+            for k, name in enumerate(node.input):
+                if name in rename:
+                    node.input[k] = rename[name]
+            for sub in _subgraphs(node):
+                rewire(sub)
+
+    _replace_nodes(g, [n for n in g.node if id(n) not in drop])
+    rewire(g)
+    return len(drop)

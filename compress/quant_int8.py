@@ -40,6 +40,7 @@ from edgesmith.compress.onnx_analysis import (
     batched_feeds,
     bits_per_weight,
     check_node_names,
+    drop_output_quantizers,
     find_weight_layers,
     fold_batch_norms,
     fused_kernels,
@@ -82,6 +83,10 @@ class Int8QdqConfig(PassConfig):
     every type onnxruntime knows, and keep the model whose outputs are closer to fp32's on the calibration samples
     (scored by its worst output's SQNR); twice the time. Small convnets keep up to 4 dB more with the full set; most
     transformers 1-5 dB more with the weight layers, vision transformers and Whisper's encoder about 20.
+    ``output_quantizers``: false removes each quantize/dequantize pair on a layer's output that no quantized layer
+    reads, so quantizers sit on layers' inputs only: the form OpenVINO's low-precision transformations fuse (the
+    placement NNCF makes), which the openvino runtime asks for. onnxruntime runs such a layer as dequantize and a
+    float kernel, so that form is for OpenVINO only.
     """
 
     kind: ClassVar[str] = "int8-qdq"
@@ -98,6 +103,7 @@ class Int8QdqConfig(PassConfig):
     reduce_range: bool | None = None
     choose_op_types: bool = False
     symmetric_activations: bool = False
+    output_quantizers: bool = True
 
     def validate(self) -> None:
         if self.calibration not in CALIBRATIONS:
@@ -125,6 +131,8 @@ class Int8QdqConfig(PassConfig):
             self._fail("reduce_range", f"is {self.reduce_range!r}", "use true, false, or leave it out (auto).")
         if self.activations not in ACTIVATION_TYPES:
             self._fail("activations", f"is {self.activations!r}", f"use one of: {', '.join(ACTIVATION_TYPES)}.")
+        if not isinstance(self.output_quantizers, bool):
+            self._fail("output_quantizers", f"is {self.output_quantizers!r}", "use true or false.")
         if not isinstance(self.symmetric_activations, bool):
             self._fail("symmetric_activations", f"is {self.symmetric_activations!r}", "use true or false.")
         if self.symmetric_activations and self.activations != "int8":
@@ -471,6 +479,13 @@ def _int8_qdq(artifact: Artifact, config: Int8QdqConfig, ctx: PassContext) -> Pa
                                 + ", ".join(f"{_op_set_words(t['op_types'], short=True)} {t['output_sqnr_db']:.1f} dB"
                                             for t in tried)
                                 + f" -> {_op_set_words(best['op_types'], short=True)}")
+        if not config.output_quantizers:
+            qmodel = load_model(best["path"])
+            dropped = drop_output_quantizers(qmodel, config_used.op_types or qdq_op_types())
+            onnx.save(qmodel, str(best["path"]))
+            report.notes.append(f"quantizers on layers' inputs only (output_quantizers=false): {dropped // 2} output "
+                                "quantize/dequantize pair(s) that no quantized layer reads removed, the form OpenVINO "
+                                "fuses (onnxruntime runs those layers in float)")
         with atomic_path(out, force=True) as written:
             os.replace(best["path"], written)
         new = Artifact("onnx", path=out, meta=meta)

@@ -41,6 +41,7 @@ def int8_results(digits, digits_onnx, tmp_path_factory):
     ({"activations": "int4"}, "activations"),
     ({"symmetric_activations": True}, "symmetric_activations"),  # with uint8 activations: zero would sit at 128
     ({"symmetric_activations": "yes", "activations": "int8"}, "symmetric_activations"),
+    ({"output_quantizers": "no"}, "output_quantizers"),
 ])
 def test_invalid_config_fields_are_rejected_by_name(fields, field):
     with pytest.raises(EdgesmithError, match=f"int8-qdq: {field} "):
@@ -349,3 +350,25 @@ def test_choose_op_types_keeps_the_operator_set_whose_outputs_are_closer_to_fp32
     assert config_from_json(Int8QdqConfig(choose_op_types=True).to_json()).choose_op_types is True
     with pytest.raises(EdgesmithError, match="choose_op_types"):
         Int8QdqConfig(choose_op_types="yes")
+
+
+def test_without_output_quantizers_every_activation_quantizer_feeds_a_quantized_layer(digits, digits_onnx, int8_results,
+                                                                                   tmp_path):
+    # the form OpenVINO fuses: a quantizer on a layer's output that only float nodes read is a round trip there
+    res = _quantize(digits, digits_onnx, Int8QdqConfig(output_quantizers=False), tmp_path)
+    full, inputs_only = (onnx.load(str(a.path)) for a in (int8_results["minmax"].artifact, res.artifact))
+
+    def activation_quantizers(model):
+        made = {o for n in model.graph.node for o in n.output}
+        return [n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] in made]
+
+    assert len(activation_quantizers(inputs_only)) < len(activation_quantizers(full))
+    readers = {}
+    for n in inputs_only.graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    for q in activation_quantizers(inputs_only):
+        after = {r.op_type for dq in readers[q.output[0]] for r in readers.get(dq.output[0], [])}
+        assert after & {"MatMul", "Gemm", "Conv"}, f"{q.name} feeds only {after}"
+    assert any("output quantize/dequantize pair(s)" in n for n in res.report.notes)
+    assert _accuracy(digits, res.artifact) >= _accuracy(digits, digits_onnx) - 0.02
