@@ -84,8 +84,8 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
            model_options: dict | None = None, variants=(), batch_sizes=None, reps: int = 200, warmup: int = 20,
            latency_precision: float = 0.03,
            seed: int = 0, threads: int = 0, n_calibration: int | None = None, calibration_select: str = "first",
-           tvm: bool | None = None, tvm_tune_trials: int = 0, sensitivity: bool = False, force: bool = False,
-           progress: bool = False, calibration_data=None, train_data=None, eval_data=None, labels=None, metric: str | None = None,
+           tvm: bool | None = None, tvm_tune_trials: int = 0, runtimes=(), sensitivity: bool = False,
+           force: bool = False, progress: bool = False, calibration_data=None, train_data=None, eval_data=None, labels=None, metric: str | None = None,
            input_shapes: dict | None = None, input_types: dict | None = None, train_fn=None,
            trust_model_file: bool = False) -> Path:
     """Run ``target``'s plan for ``model`` and write the report folder (default ``runs/MODEL-TARGET``).
@@ -97,7 +97,8 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
     variants (``options={"qat_epochs": 1}`` offers them) on the calibrated brevitas model in place of their loop; ``metric``:
     accuracy, topK, binary, mse, mae, perplexity or fidelity (the default without labels); ``input_shapes`` and
     ``input_types``: ``{input name or "": per-sample shape}`` and ``{...: "int64"}`` to trace a model without data
-    (``--input-shape ids=16:int64``; float32 where no type is given)."""
+    (``--input-shape ids=16:int64``; float32 where no type is given); ``runtimes``: more runtimes to time every
+    variant in, e.g. ``("openvino",)`` (host-cpu)."""
     from edgesmith.bench.pipeline.deploy import DeployOptions
     from edgesmith.bench.pipeline.deploy import deploy as _deploy
     from edgesmith.hardware import PlanOptions
@@ -116,7 +117,7 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
                          trust_model_file=trust_model_file is True,
                          input_types=_input_types(input_types, input_shapes),
                          plan=PlanOptions(tvm=tvm, tvm_tune_trials=tvm_tune_trials, variants=_names(variants, "variants"),
-                                          options=_table(options, "options")))
+                                          runtimes=_names(runtimes, "runtimes"), options=_table(options, "options")))
     return _deploy(opts)
 
 

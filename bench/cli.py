@@ -86,6 +86,17 @@ def cmd_passes(args) -> int:
     return 0
 
 
+def cmd_runtimes(args) -> int:
+    from edgesmith.runtimes.base import RUNTIMES
+
+    for name in RUNTIMES.names():
+        cls = RUNTIMES.get(name)
+        ok, why = cls.available()
+        state = "available" if ok else f"not available: {why.replace(' Fix: ', '; fix: ')}"
+        print(f"{name}: loads {', '.join(cls.formats)}; {cls.description or '(no description)'}; {state}")
+    return 0
+
+
 # --- export / quantize / bench -------------------------------------------------------------------------
 
 
@@ -295,6 +306,8 @@ def _add_deploy_flags(p: argparse.ArgumentParser) -> None:
                    help="also untuned TVM rows (by default TVM runs only with --tvm-records or --tvm-tune-trials)")
     p.add_argument("--no-tvm", dest="no_tvm", action="store_true", help="leave every TVM row out")
     p.add_argument("--variant", action="append", help="only these variants (repeatable)")
+    p.add_argument("--runtime", action="append", metavar="NAME",
+                   help="also time each variant in this runtime, e.g. openvino (host-cpu; repeatable; `edgesmith runtimes`)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="option of the model's kind, e.g. prune_sparsity=0.5 (see `edgesmith kinds`; repeatable)")
     p.add_argument("--model-option", dest="model_option", action="append", metavar="KEY=VALUE",
@@ -336,6 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("models", help="list model producers and their kinds").set_defaults(func=cmd_models)
     sub.add_parser("kinds", help="list model kinds and their options").set_defaults(func=cmd_kinds)
     sub.add_parser("passes", help="list compression/export passes and their options").set_defaults(func=cmd_passes)
+    sub.add_parser("runtimes", help="list runtimes, the formats they load and whether they run here"
+                   ).set_defaults(func=cmd_runtimes)
 
     p = sub.add_parser("export", help="write a model to a file: FILE.onnx with its kind's export pass, or "
                                       + ", ".join(f"FILE{s} ({d})" for s, d in _export_formats()))
@@ -379,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="time an ONNX model in a runtime (fresh process)")
     p.add_argument("artifact")
-    p.add_argument("--runtime", default="onnxruntime", choices=["onnxruntime", "tvm"])
+    p.add_argument("--runtime", default="onnxruntime", choices=["onnxruntime", "openvino", "tvm"])
     p.add_argument("--batch", type=int, action="append")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--warmup", type=int, default=20)

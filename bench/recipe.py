@@ -7,7 +7,7 @@ A deploy recipe::
     calibration_data = "calib.npz"   # the user's data and metric (optional): eval_data, labels, metric,
                                      # input_shape = ["3,64,64"]
     seed = 0
-    [plan]                        # tvm, tvm_tune_trials, tvm_records, variants
+    [plan]                        # tvm, tvm_tune_trials, tvm_records, variants, runtimes (e.g. ["openvino"])
     variants = ["fp32", "int8"]
     [bench]                       # batch_sizes, warmup, reps, n_calibration, calibration_select
     reps = 200
@@ -33,7 +33,7 @@ from edgesmith.common import EdgesmithError, regular_file
 TOP = {"model": str, "target": str, "out": str, "seed": int, "threads": int, "force": bool, "sensitivity": bool,
        "trust_model_file": bool,
        "calibration_data": str, "train_data": str, "eval_data": str, "labels": str, "metric": str, "input_shape": list}
-PLAN = {"tvm": bool, "tvm_tune_trials": int, "tvm_records": bool, "variants": list}
+PLAN = {"tvm": bool, "tvm_tune_trials": int, "tvm_records": bool, "variants": list, "runtimes": list}
 BENCH = {"batch_sizes": list, "warmup": int, "reps": int, "latency_precision": (int, float), "n_calibration": int,
          "calibration_select": str}
 TABLES = {"plan": PLAN, "bench": BENCH, "options": None, "model_options": None}
@@ -50,6 +50,8 @@ def _check_value(where: str, key: str, value, expected) -> None:
                              "write e.g. batch_sizes = [1, 64].")
     if key == "variants" and not all(isinstance(v, str) for v in value):
         raise EdgesmithError(f"{where}: variants {value!r} are not all names.", 'write e.g. variants = ["fp32"].')
+    if key == "runtimes" and not all(isinstance(v, str) for v in value):
+        raise EdgesmithError(f"{where}: runtimes {value!r} are not all names.", 'write e.g. runtimes = ["openvino"].')
 
 
 def check_deploy_table(data: dict, where: str) -> dict:
@@ -181,6 +183,10 @@ def deploy_options(args, recipe: dict, overrides: dict | None = None):
         plan_kw["tvm_records"] = True
     if getattr(args, "variant", None):
         plan_kw["variants"] = tuple(args.variant)
+    if getattr(args, "runtime", None):
+        plan_kw["runtimes"] = tuple(args.runtime)
+    if "runtimes" in plan_kw:
+        plan_kw["runtimes"] = tuple(plan_kw["runtimes"])
     plan_kw["options"] = {**recipe.get("options", {}), **parse_key_values(getattr(args, "option", None), "--option")}
     if getattr(args, "batch", None):
         bench_kw["batch_sizes"] = tuple(args.batch)

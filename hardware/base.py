@@ -146,6 +146,9 @@ class PlanOptions:
     tvm_tune_trials: int = 0  # 0: no fresh tuning
     tvm_records: bool = False  # also a TVM row scheduled from tuning records (shipped, or cached by a fresh tune)
     variants: tuple[str, ...] = ()  # empty: all the target offers
+    # more runtimes asked for (e.g. "openvino"): the deploy adds each to every variant whose file it loads, on a
+    # target whose latency is measured on this machine (bench.pipeline.plans.with_runtimes)
+    runtimes: tuple[str, ...] = ()
     options: dict = field(default_factory=dict)
     # the user gave data to fine-tune on or a training function (--train-data, train_fn): training variants (QAT)
     # are offered for a model whose producer has no training data of its own
@@ -153,6 +156,7 @@ class PlanOptions:
 
     def __post_init__(self):
         self.variants = tuple(self.variants)
+        self.runtimes = tuple(self.runtimes)
         if self.tvm is not None and not isinstance(self.tvm, bool):
             raise EdgesmithError(f"plan option tvm is {self.tvm!r}.", "use true, false, or leave it out (only when asked).")
         for name in ("tvm_records", "training_given"):
@@ -163,6 +167,9 @@ class PlanOptions:
             raise EdgesmithError(f"tvm_tune_trials is {n!r}.", "use a whole number >= 0 (0: no fresh tuning).")
         if any(not isinstance(v, str) for v in self.variants):
             raise EdgesmithError(f"variants {list(self.variants)!r} are not all names.", "list variant names, e.g. fp32.")
+        if any(not isinstance(r, str) for r in self.runtimes):
+            raise EdgesmithError(f"runtimes {list(self.runtimes)!r} are not all names.",
+                                 "list runtime names, e.g. openvino (see `edgesmith runtimes`).")
         if not isinstance(self.options, dict):
             raise EdgesmithError(f"options is {self.options!r}, not a table.", "give KEY=VALUE options.")
 

@@ -51,6 +51,9 @@ class Runtime(ABC):
     # the install extra that brings this backend's package (a benchmark peer such as OpenVINO), or None when
     # edgesmith's own dependencies carry it; where the extra is missing, available() names it
     extra: ClassVar[str | None] = None
+    # options this backend wants in a pass whose output it runs ({pass kind: {option: value}}): a plan that asks
+    # for this runtime on a variant with such a pass gets a copy of the variant built with them, run only here
+    pass_options: ClassVar[dict[str, dict]] = {}
 
     def __init__(self, threads: int | None = None, **options):
         self.threads = threads

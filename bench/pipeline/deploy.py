@@ -34,6 +34,7 @@ from edgesmith.compress.base import n_samples
 from edgesmith.compress.formats import get_format, reference_runtime
 from edgesmith.compress.calibration_select import check_selector, select_calibration
 from edgesmith.hardware import PlanOptions, Workload, get_target
+from edgesmith.bench.pipeline.plans import deploy_plan
 from edgesmith.hardware.workload import scale_activity, workload_from_activity, workload_from_module, workload_from_onnx
 from edgesmith.models.kinds import get_kind
 from edgesmith.runtimes import RunResult, get_runtime
@@ -293,11 +294,11 @@ def deploy(opts: DeployOptions) -> Path:
     threads = opts.threads or os.cpu_count() or 1
     say = (lambda msg: tqdm.write(msg)) if opts.progress else (lambda msg: None)
 
-    for rt_name in {r for v in target.plan(producer, plan_options).variants for r in v.runtimes}:
+    for rt_name in {r for v in deploy_plan(target, producer, plan_options).variants for r in v.runtimes}:
         get_runtime(rt_name)  # a runtime that cannot run here (no .venv-lava, no gcc) is refused before any work
     say(f"[edgesmith] building {opts.model} ({kind.name}, seed {opts.seed})")
     producer.build()
-    plan = target.plan(producer, plan_options)  # again, now that the model is built (its size is checked)
+    plan = deploy_plan(target, producer, plan_options)  # again, now that the model is built (its size is checked)
     ref_art = source_artifact(producer)
     ref_name = reference_runtime(ref_art.format)
     ref_rt = get_runtime(ref_name, threads=threads).load(ref_art)

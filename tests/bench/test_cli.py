@@ -39,6 +39,30 @@ def test_models_and_passes_are_listed(capsys):
         assert kind in out
 
 
+def test_runtimes_are_listed_with_their_formats_and_whether_they_run_here(capsys, monkeypatch):
+    from edgesmith.runtimes.base import RUNTIMES
+
+    monkeypatch.setattr(RUNTIMES.get("openvino"), "available",
+                        classmethod(lambda cls: (False, "the openvino package is not installed. Fix: pip install x")))
+    out = run_cli(capsys, "runtimes")[1]
+    assert "onnxruntime: loads onnx;" in out and "available" in out
+    assert "openvino: loads onnx;" in out and "not available: the openvino package is not installed" in out
+
+
+def test_deploy_runtime_flags_and_a_recipes_plan_runtimes_reach_the_plan(tmp_path):
+    from edgesmith.bench.cli import build_parser
+    from edgesmith.bench.recipe import check_deploy_table, deploy_options
+    from edgesmith.common import EdgesmithError
+
+    args = build_parser().parse_args(["deploy", "digits-mlp", "--target", "host-cpu", "--runtime", "openvino",
+                                      "--runtime", "tvm"])
+    assert deploy_options(args, {}).plan.runtimes == ("openvino", "tvm")
+    args = build_parser().parse_args(["deploy", "digits-mlp", "--target", "host-cpu"])
+    assert deploy_options(args, {"plan": {"runtimes": ["openvino"]}}).plan.runtimes == ("openvino",)
+    with pytest.raises(EdgesmithError, match="runtimes"):
+        check_deploy_table({"plan": {"runtimes": [1]}}, "recipe")
+
+
 def test_unknown_target_is_a_user_error(capsys, tmp_path):
     code, _, err = run_cli(capsys, "deploy", "digits-mlp", "--target", "tpu-v9", "--out", tmp_path / "r")
     assert_user_error(code, err, "tpu-v9", "host-cpu")

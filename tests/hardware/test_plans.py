@@ -281,3 +281,4 @@ def test_int8_op_types_auto_asks_the_pass_to_choose_between_the_weight_layers_an
     assert plain.choose_op_types is False
     with pytest.raises(EdgesmithError, match="use auto alone"):
         get_target("host-cpu").plan(PRODUCER, PlanOptions(tvm=False, options={"int8_op_types": ["auto", "MatMul"]}))
+
