@@ -26,6 +26,13 @@ OV_TYPES = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "i64": np.i
             "i16": np.int16, "i8": np.int8, "u8": np.uint8, "u16": np.uint16, "boolean": np.bool_}
 
 
+def _reason(e: Exception) -> str:
+    """The informative part of an OpenVINO exception: its message lines without the "Exception from FILE:LINE:"
+    trail of the C++ frames it passed through."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip() and not ln.strip().startswith("Exception from ")]
+    return " ".join(lines) or type(e).__name__
+
+
 @register_runtime
 class OpenVinoRuntime(NamedInputRuntime):
     name = "openvino"
@@ -54,7 +61,7 @@ class OpenVinoRuntime(NamedInputRuntime):
             core = ov.Core()
             self.compiled_ = core.compile_model(core.read_model(str(artifact.path)), "CPU", config)
         except Exception as e:
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            msg = _reason(e)
             raise EdgesmithError(f"OpenVINO could not load {artifact.path}: {msg[:300]}",
                                  "the file uses an operator OpenVINO's ONNX reader lacks; run it in onnxruntime.") from None
         self.request_ = self.compiled_.create_infer_request()

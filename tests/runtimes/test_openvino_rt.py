@@ -58,3 +58,11 @@ def test_openvino_gives_onnxruntime_s_answers_on_fp32_and_int8_files(digits, dig
         agree = np.mean(res.outputs.argmax(1) == ort.argmax(1))
         assert agree >= 0.99, f"{art.meta.get('precision', 'fp32')}: top-1 agrees on {agree:.1%}"
         assert res.stats["inference_precision"] == "f32"
+
+
+def test_a_load_failure_names_openvino_s_reason_not_its_cpp_frames():
+    from edgesmith.runtimes.openvino_rt import _reason
+
+    e = RuntimeError("Exception from src/inference/src/cpp/core.cpp:132:\nException from src/core/src/pass/x.cpp:298:\n"
+                     "[AddTransformation] END: node: Add@1 CALLBACK HAS THROWN: Check failed\nindex '0' out of range\n\n")
+    assert _reason(e) == "[AddTransformation] END: node: Add@1 CALLBACK HAS THROWN: Check failed index '0' out of range"
