@@ -1,15 +1,19 @@
-"""int8 on real pretrained models: edgesmith's int8 beside plain onnxruntime ``quantize_static``, paired in one run.
+"""int8 on real pretrained models: edgesmith's int8 beside onnxruntime's ``quantize_static`` and NNCF, each file run
+in onnxruntime and in OpenVINO, paired in one run.
 
     python -m edgesmith.bench.studies.pretrained_int8 [--models cls det rec] [--rounds 5] [--out DIR] [--force]
 
-For PP-OCR's classifier, detector and recognizer (``pretrained_fixtures``, as rapidocr-onnxruntime ships them) and the
-data made here: the fp32 file, edgesmith's int8 (`edgesmith quantize --pass int8-qdq`, its default weight-layer
-operator set), edgesmith's int8 with every operator type (`--option 'op_types=[]'`), and onnxruntime's
-``quantize_static`` with its defaults (QDQ, every operator type, per-tensor weights, uint8 activations), all calibrated
-on the same samples. Each file's score (accuracy against the labels for the classifier, output SQNR against fp32 for
-the others) and its batch-1 p50 in onnxruntime (2 threads), timed round-robin in this one process, ``--rounds``
-rounds of 50 calls each after 10 warm-up calls: the ratio to fp32 is the median over rounds of the per-round ratios,
-so machine load that comes and goes hits every file alike. NNCF and OpenVINO are not here (see docs/results/models.md).
+Needs the peer extra (``pip install 'edgesmith[peer]'``: OpenVINO and NNCF). For PP-OCR's classifier, detector and
+recognizer (``pretrained_fixtures``, as rapidocr-onnxruntime ships them) and the data made here, five files, all
+calibrated on the same samples: fp32; edgesmith's int8 as ``deploy`` builds it for onnxruntime (``edgesmith quantize
+--pass int8-qdq``, its default weight-layer operator set) and as it builds it for OpenVINO (``--option
+output_quantizers=false``, the variant ``int8-openvino`` of ``deploy --runtime openvino``); onnxruntime's
+``quantize_static`` with its defaults; and NNCF's ``quantize`` with its defaults (ONNX backend, mixed preset). Each
+file runs in edgesmith's ``onnxruntime`` and ``openvino`` runtimes (2 threads; OpenVINO in f32 inference precision):
+its score in that runtime (accuracy against the labels for the classifier, output SQNR against the fp32 file in the
+same runtime for the others), and its batch-1 p50, every (file, runtime) pair timed round-robin in this one process,
+``--rounds`` rounds of 50 calls each after 10 warm-up calls. A ratio to fp32 is the median over rounds of the
+per-round ratios to fp32 in the same runtime, so load that comes and goes hits every pair alike.
 """
 from __future__ import annotations
 
@@ -23,9 +27,14 @@ import numpy as np
 from edgesmith.bench import api
 from edgesmith.bench.studies.claim_io import claim_command, refuse_existing, save_png, write_claim
 from edgesmith.bench.studies.pretrained_fixtures import ppocr, text_lines, text_pages
+from edgesmith.common import EdgesmithError
+from edgesmith.compress import Artifact
+from edgesmith.runtimes import get_runtime
 
 MODULE = "edgesmith.bench.studies.pretrained_int8"
-FORMS = ("fp32", "edgesmith int8", "edgesmith int8, every op type", "quantize_static (defaults)")
+FORMS = ("fp32", "edgesmith int8 (onnxruntime form)", "edgesmith int8 (OpenVINO form)", "quantize_static (defaults)",
+         "NNCF (defaults)")
+RUNTIMES = ("onnxruntime", "openvino")
 
 
 def _data(name: str):
@@ -52,13 +61,19 @@ def _plain_int8(src: Path, dst: Path, input_name: str, cal: np.ndarray) -> None:
     quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ)
 
 
-def _session(path: Path):
-    import onnxruntime as ort
+def _nncf_int8(src: Path, dst: Path, input_name: str, cal: np.ndarray) -> None:
+    import nncf
+    import onnx
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 2
-    so.log_severity_level = 3
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    data = nncf.Dataset([{input_name: cal[i:i + 1]} for i in range(len(cal))])
+    onnx.save(nncf.quantize(onnx.load(str(src)), data, subset_size=len(cal)), str(dst))
+
+
+def _score(out: np.ndarray, ref: np.ndarray, labels) -> float:
+    if labels is not None:
+        return float(np.mean(out.argmax(1) == labels))
+    noise = float(np.sum((out.astype(np.float64) - ref) ** 2))
+    return 200.0 if noise == 0 else float(10 * np.log10(np.sum(ref.astype(np.float64) ** 2) / noise))
 
 
 def study(name: str, work: Path, rounds: int) -> dict:
@@ -67,55 +82,83 @@ def study(name: str, work: Path, rounds: int) -> dict:
     model = ppocr(name)
     input_name = onnx.load(str(model), load_external_data=False).graph.input[0].name
     cal, ev, labels = _data(name)
-    np.save(work / f"{name}_cal.npy", cal)
-    files = {"fp32": model}
-    for form, options in (("edgesmith int8", None), ("edgesmith int8, every op type", {"op_types": []})):
-        out = work / f"{name}_{len(files)}.onnx"
-        api.quantize(str(model), "int8-qdq", out=out, calibration=cal, options=options, force=True)
-        files[form] = out
-    files["quantize_static (defaults)"] = work / f"{name}_plain.onnx"
-    _plain_int8(model, files["quantize_static (defaults)"], input_name, cal)
-    sessions = {form: _session(path) for form, path in files.items()}
-    outputs = {form: s.run(None, {input_name: ev})[0] for form, s in sessions.items()}
-    ref = outputs["fp32"]
-    rows = {}
-    for form, out in outputs.items():
-        if labels is not None:
-            score = float(np.mean(out.argmax(1) == labels))
-        else:
-            noise = float(np.sum((out - ref) ** 2))
-            score = 200.0 if noise == 0 else float(10 * np.log10(np.sum(ref ** 2) / noise))
-        rows[form] = {"score": round(score, 4), "size_kib": round(Path(files[form]).stat().st_size / 1024, 1)}
-    x = ev[:1]
-    for s in sessions.values():
+    files, quantize_s = {"fp32": model}, {"fp32": 0.0}
+    makers = {
+        "edgesmith int8 (onnxruntime form)": lambda out: api.quantize(str(model), "int8-qdq", out=out, calibration=cal,
+                                                                      force=True),
+        "edgesmith int8 (OpenVINO form)": lambda out: api.quantize(str(model), "int8-qdq", out=out, calibration=cal,
+                                                                   options={"output_quantizers": False}, force=True),
+        "quantize_static (defaults)": lambda out: _plain_int8(model, out, input_name, cal),
+        "NNCF (defaults)": lambda out: _nncf_int8(model, out, input_name, cal),
+    }
+    for k, (form, make) in enumerate(makers.items()):
+        files[form] = work / f"{name}_{k}.onnx"
+        t0 = time.perf_counter()
+        make(files[form])
+        quantize_s[form] = time.perf_counter() - t0
+    loaded, rows = {}, {}
+    for form, path in files.items():
+        for rt_name in RUNTIMES:
+            cell = rows.setdefault(form, {"size_kib": round(Path(path).stat().st_size / 1024, 1),
+                                          "quantize_s": round(quantize_s[form], 2)}).setdefault(rt_name, {})
+            try:
+                loaded[form, rt_name] = get_runtime(rt_name, threads=2).load(Artifact("onnx", path=Path(path)))
+            except EdgesmithError as e:
+                cell["error"] = e.problem.replace(f"{path}: ", "")[:200]
+    outputs = {key: rt.run({input_name: ev}).outputs for key, rt in loaded.items()}
+    for (form, rt_name), out in outputs.items():
+        ref = outputs.get(("fp32", rt_name), outputs[("fp32", "onnxruntime")])
+        rows[form][rt_name]["score"] = round(_score(out, ref, labels), 4)
+    x = {input_name: ev[:1]}
+    for rt in loaded.values():
         for _ in range(10):
-            s.run(None, {input_name: x})
-    per_round: dict[str, list[float]] = {form: [] for form in sessions}
+            rt.run(x)
+    per_round: dict = {key: [] for key in loaded}
     for _ in range(rounds):
-        for form, s in sessions.items():
+        for key, rt in loaded.items():
             ts = []
             for _ in range(50):
                 t0 = time.perf_counter()
-                s.run(None, {input_name: x})
+                rt.run(x)
                 ts.append(time.perf_counter() - t0)
-            per_round[form].append(float(np.median(ts)))
-    for form in sessions:
-        rows[form]["p50_us"] = round(float(np.median(per_round[form])) * 1e6, 1)
-        rows[form]["over_fp32"] = round(float(np.median(np.array(per_round[form]) / np.array(per_round["fp32"]))), 3)
+            per_round[key].append(float(np.median(ts)))
+    for (form, rt_name), ts in per_round.items():
+        base = per_round.get(("fp32", rt_name))
+        rows[form][rt_name]["p50_us"] = round(float(np.median(ts)) * 1e6, 1)
+        if base:
+            rows[form][rt_name]["over_fp32"] = round(float(np.median(np.array(ts) / np.array(base))), 3)
+    best_fp32 = min(rows["fp32"][r]["p50_us"] for r in RUNTIMES if "p50_us" in rows["fp32"][r])
+    for form in rows:
+        timed = [(rows[form][r]["p50_us"], r) for r in RUNTIMES if "p50_us" in rows[form][r]]
+        if timed:
+            rows[form]["best"] = {"runtime": min(timed)[1], "over_best_fp32": round(min(timed)[0] / best_fp32, 3)}
     return {"model": name, "file": model.name, "metric": "accuracy" if labels is not None else "SQNR vs fp32 (dB)",
             "rows": rows}
 
 
+def _cell(c: dict) -> str:
+    if "error" in c:
+        return f"fails to load: {c['error'][:90]}"
+    return f"{c['score']:.4g}, {c['over_fp32']:.2f}x ({c['p50_us']:.0f} us)"
+
+
 def markdown(result: dict) -> str:
-    lines = ["# int8 on real pretrained models: edgesmith beside onnxruntime's quantize_static", "",
-             f"{result['machine']}; {result['date']}; `{result['command']}`", "",
-             "| model | metric | " + " | ".join(FORMS) + " |", "|---|---|" + "---|" * len(FORMS)]
+    lines = ["# int8 on real pretrained models: edgesmith beside quantize_static and NNCF, in onnxruntime and OpenVINO",
+             "", f"{result['machine']}; {result['date']}; onnxruntime {result['versions']['onnxruntime']}, "
+             f"OpenVINO {result['versions']['openvino']}, NNCF {result['versions']['nncf']}; `{result['command']}`", "",
+             "| model | file | metric | onnxruntime | OpenVINO | best over fastest fp32 | size | quantize time |",
+             "|---|---|---|---|---|---|---|---|"]
     for m in result["models"]:
-        cells = [f"{m['rows'][f]['score']:.4g}, {m['rows'][f]['over_fp32']:.2f}x ({m['rows'][f]['p50_us']:.0f} us)"
-                 for f in FORMS]
-        lines.append(f"| {m['model']} ({m['file']}) | {m['metric']} | " + " | ".join(cells) + " |")
-    lines += ["", "Each cell: score, batch-1 p50 over fp32's (median of per-round ratios), and the p50 itself; "
-              "onnxruntime, 2 threads, all files timed round-robin in one process (measured)."]
+        for form in FORMS:
+            r = m["rows"][form]
+            best = r.get("best", {})
+            lines.append(f"| {m['model']} | {form} | {m['metric']} | {_cell(r['onnxruntime'])} | {_cell(r['openvino'])} "
+                         f"| {best.get('over_best_fp32', float('nan')):.2f}x ({best.get('runtime', '-')}) "
+                         f"| {r['size_kib']:.0f} KiB | {r['quantize_s']:.1f} s |")
+    lines += ["", "Each runtime cell: score in that runtime, batch-1 p50 over the fp32 file's in the same runtime (median "
+              "of per-round ratios) and the p50 itself; 2 threads, every (file, runtime) pair timed round-robin in one "
+              "process (measured). 'best over fastest fp32': the file's faster runtime against the faster of the two "
+              "fp32 rows. SQNR is against the fp32 file in the same runtime."]
     return "\n".join(lines) + "\n"
 
 
@@ -127,6 +170,12 @@ def main(argv=None) -> int:
     ap.add_argument("--force", action="store_true")
     args = ap.parse_args(argv)
     refuse_existing(args.out, args.force)
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        versions = {p: version(p) for p in ("onnxruntime", "openvino", "nncf")}
+    except PackageNotFoundError as e:
+        raise SystemExit(f"error: this study needs {e.name} (pip install 'edgesmith[peer]').")
     from edgesmith.hardware.host_cpu import cpu_identity
 
     cpu = cpu_identity()
@@ -135,9 +184,16 @@ def main(argv=None) -> int:
         for name in args.models:
             print(f"[pretrained_int8] {name} ...", flush=True)
             models.append(study(name, Path(work), args.rounds))
-    result = {"machine": f"{cpu['model_name']}, {cpu['logical_cpus']} logical CPUs",
+    flags = set()
+    try:
+        flags = set(next((ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")), "").split())
+    except OSError:
+        pass
+    result = {"machine": f"{cpu['model_name']} (family {cpu['family']} model {cpu['model']}), {cpu['logical_cpus']} logical "
+                         "CPUs, " + " ".join(f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
+                                             if f in flags),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": claim_command(MODULE, argv),
-              "models": models}
+              "versions": versions, "models": models}
 
     def draw(folder: Path) -> list[str]:
         import matplotlib
@@ -145,16 +201,18 @@ def main(argv=None) -> int:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(7, 3))
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.2), sharey=True)
         width = 0.8 / (len(FORMS) - 1)
-        for k, form in enumerate(FORMS[1:]):
-            ax.bar([i + k * width for i in range(len(models))], [m["rows"][form]["over_fp32"] for m in models],
-                   width, label=form)
-        ax.axhline(1.0, color="k", linewidth=0.8)
-        ax.axhline(0.6, color="k", linestyle="--", linewidth=0.8, label="goal 0.6x")
-        ax.set_xticks([i + width for i in range(len(models))], [m["model"] for m in models])
-        ax.set_ylabel("int8 p50 / fp32 p50, batch 1")
-        ax.legend(fontsize=7)
+        for ax, rt_name in zip(axes, RUNTIMES):
+            for k, form in enumerate(FORMS[1:]):
+                ax.bar([i + k * width for i in range(len(models))],
+                       [m["rows"][form][rt_name].get("over_fp32", 0.0) for m in models], width, label=form)
+            ax.axhline(1.0, color="k", linewidth=0.8)
+            ax.axhline(0.6, color="k", linestyle="--", linewidth=0.8, label="goal 0.6x")
+            ax.set_xticks([i + 1.5 * width for i in range(len(models))], [m["model"] for m in models])
+            ax.set_title(f"in {rt_name} (0: fails to load)", fontsize=9)
+        axes[0].set_ylabel("int8 p50 / fp32 p50, batch 1")
+        axes[1].legend(fontsize=7)
         fig.tight_layout()
         save_png(fig, folder / "int8_over_fp32.png")
         return ["int8_over_fp32.png"]
