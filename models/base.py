@@ -49,6 +49,25 @@ class Evaluation:
         }
 
 
+@dataclass
+class SplitEvaluation:
+    """``Producer.evaluate_split``'s answer: the whole evaluation, its validation part and the held-out rest."""
+
+    all: Evaluation
+    validation: Evaluation
+    held_out: Evaluation
+
+
+def split_indices(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Sorted sample indices of a validation part (``fraction`` of ``n``, at least one) and the held-out rest, drawn
+    with ``seed``; None when ``n`` is too small to leave a sample on each side."""
+    if n < 2:
+        return None
+    k = min(max(int(round(n * fraction)), 1), n - 1)
+    order = np.random.default_rng(seed).permutation(n)
+    return np.sort(order[:k]), np.sort(order[k:])
+
+
 class Producer(ABC):
     """Builds a model plus the data to calibrate, exercise and evaluate it.
 
@@ -103,6 +122,13 @@ class Producer(ABC):
     @abstractmethod
     def evaluate(self, predict: PredictFn) -> Evaluation:
         """Score a prediction function (batch of inputs -> batch of outputs) on held-out data."""
+
+    def evaluate_split(self, predict: PredictFn, fraction: float, seed: int) -> "SplitEvaluation | None":
+        """The metric on all the evaluation data and on two disjoint parts of it, from one pass over it: a
+        validation part (``fraction`` of the samples, drawn with ``seed`` by ``split_indices``) and the held-out rest.
+        A goal-driven deploy checks its accuracy budget on the first part and reports the second, so its choice is
+        not tuned on the figure it reports. None (the default): this producer scores its data only as a whole."""
+        return None
 
     def training_data(self):
         """What training passes (pruning, QAT) fine-tune on, in the form those passes document, or None

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
+from edgesmith.models.base import Evaluation, Metric, Producer, SplitEvaluation, register_producer, split_indices
 from edgesmith.common import cache_dir, load_or_train, seed_everything
 
 
@@ -121,6 +121,16 @@ class DigitsMLP(Producer):
         logits = np.asarray(predict(x_te))
         acc = float(np.mean(np.argmax(logits, axis=-1) == y_te))
         return Evaluation(self.metric, acc, len(y_te))
+
+    def evaluate_split(self, predict, fraction: float, seed: int) -> SplitEvaluation | None:
+        x_te, y_te = self.test_data()
+        parts = split_indices(len(y_te), fraction, seed)
+        if parts is None:
+            return None
+        hits = np.argmax(np.asarray(predict(x_te)), axis=-1) == y_te
+        whole, val, held = (Evaluation(self.metric, float(np.mean(hits[i])), int(hits[i].size))
+                            for i in (slice(None), *parts))
+        return SplitEvaluation(whole, val, held)
 
 
 @register_producer

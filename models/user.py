@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 
 from edgesmith.common import EdgesmithError, Feeds, NoEvaluationData, sample_slice
-from edgesmith.models.base import Evaluation, Metric, Producer
+from edgesmith.models.base import Evaluation, Metric, Producer, SplitEvaluation, split_indices
 from edgesmith.models.metrics import get_metric
 from edgesmith.models.user_data import TensorData, TensorSpec
 
@@ -177,6 +177,41 @@ class UserModel(Producer):
         extra = {**extra, "eval_samples": len(data), "data": data.origin or (
             "user evaluation data" if self.evaluation is not None else "user calibration data (no --eval-data given)")}
         return Evaluation(self.metric, value, len(data), extra)
+
+    def evaluate_split(self, predict, fraction: float, seed: int) -> SplitEvaluation | None:
+        if self.kind == "token-lm":  # perplexity per part: the windows split, each window's token NLLs kept
+            from edgesmith.models.metrics import token_nll
+
+            windows = self.eval_windows()
+            parts = split_indices(len(windows), fraction, seed)
+            if parts is None:
+                return None
+            nll = np.concatenate([token_nll(np.asarray(predict(windows[i:i + 4, :-1])), windows[i:i + 4, 1:])
+                                  for i in range(0, len(windows), 4)])  # (windows, positions)
+
+            def score(idx):
+                part = nll[idx]
+                return Evaluation(self.metric, float(np.exp(part.mean())), int(part.size),
+                                  {"tokens": int(part.size), "nll_per_token": float(part.mean())})
+
+            return SplitEvaluation(*(score(i) for i in (slice(None), *parts)))
+        data = self._data(self.evaluation)
+        parts = split_indices(len(data), fraction, seed)
+        if parts is None:
+            return None
+        outputs = self.run_batches(predict, data)
+        spec = self.metric_spec
+        target = self.reference_outputs() if spec.needs == "reference" else data.labels
+        origin = data.origin or ("user evaluation data" if self.evaluation is not None else
+                                 "user calibration data (no --eval-data given)")
+
+        def score(idx, part: str):
+            value, extra = spec.fn(outputs[idx], None if target is None else target[idx])
+            n = len(outputs[idx])
+            return Evaluation(self.metric, value, n, {**extra, "eval_samples": n, "data": f"{origin}{part}"})
+
+        return SplitEvaluation(score(slice(None), ""), score(parts[0], ", validation part"),
+                               score(parts[1], ", held-out part"))
 
     def eval_windows(self) -> np.ndarray:
         if self.eval_windows_ is None:
