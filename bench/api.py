@@ -87,7 +87,8 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
            tvm: bool | None = None, tvm_tune_trials: int = 0, runtimes=(), sensitivity: bool = False,
            force: bool = False, progress: bool = False, calibration_data=None, train_data=None, eval_data=None, labels=None, metric: str | None = None,
            input_shapes: dict | None = None, input_types: dict | None = None, train_fn=None,
-           trust_model_file: bool = False) -> Path:
+           trust_model_file: bool = False, max_drop: float | str | None = None, min_sqnr: float | None = None,
+           objective: str | None = None) -> Path:
     """Run ``target``'s plan for ``model`` and write the report folder (default ``runs/MODEL-TARGET``).
 
     ``model``: a producer name or a model file (model.onnx, file.py:factory, model.pt, model.pt2, a
@@ -98,7 +99,9 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
     accuracy, topK, binary, mse, mae, perplexity or fidelity (the default without labels); ``input_shapes`` and
     ``input_types``: ``{input name or "": per-sample shape}`` and ``{...: "int64"}`` to trace a model without data
     (``--input-shape ids=16:int64``; float32 where no type is given); ``runtimes``: more runtimes to time every
-    variant in, e.g. ``("openvino",)`` (host-cpu)."""
+    variant in, e.g. ``("openvino",)`` (host-cpu); ``max_drop`` (``0.01``: one point of the metric, ``"1%"``: of the
+    fp32 figure) or ``min_sqnr`` (dB), with ``objective`` (latency, energy, size or memory, read at the first of
+    ``batch_sizes``): choose the artifact to ship and write ``decision.md`` and ``chosen/`` (``bench.decide``)."""
     from edgesmith.bench.pipeline.deploy import DeployOptions
     from edgesmith.bench.pipeline.deploy import deploy as _deploy
     from edgesmith.hardware import PlanOptions
@@ -116,9 +119,27 @@ def deploy(model: str, target: str, *, out: str | os.PathLike | None = None, opt
                          input_shapes=_table(input_shapes, "input_shapes"), train_fn=train_fn,
                          trust_model_file=trust_model_file is True,
                          input_types=_input_types(input_types, input_shapes),
+                         goal=_goal(max_drop, min_sqnr, objective, batch_sizes),
                          plan=PlanOptions(tvm=tvm, tvm_tune_trials=tvm_tune_trials, variants=_names(variants, "variants"),
                                           runtimes=_names(runtimes, "runtimes"), options=_table(options, "options")))
     return _deploy(opts)
+
+
+def _goal(max_drop, min_sqnr, objective, batch_sizes):
+    """The deploy's Goal, or None when no budget is given (an objective alone is refused: nothing to choose within)."""
+    from edgesmith.bench.decide import Goal
+
+    if max_drop is None and min_sqnr is None:
+        if objective is not None:
+            raise EdgesmithError(f"objective {objective!r} needs a budget to choose within.",
+                                 "pass max_drop (0.01 or \"1%\") or min_sqnr (dB) too.")
+        return None
+    kw = {"min_sqnr": min_sqnr, "objective": objective or "latency"}
+    if max_drop is not None:
+        kw["max_drop"], kw["relative"] = Goal.parse_drop(max_drop) if isinstance(max_drop, str) else (max_drop, False)
+    if batch_sizes:
+        kw["batch"] = list(batch_sizes)[0]
+    return Goal(**kw)
 
 
 def _input_types(types, shapes) -> dict:

@@ -306,6 +306,13 @@ def _add_deploy_flags(p: argparse.ArgumentParser) -> None:
                    help="also untuned TVM rows (by default TVM runs only with --tvm-records or --tvm-tune-trials)")
     p.add_argument("--no-tvm", dest="no_tvm", action="store_true", help="leave every TVM row out")
     p.add_argument("--variant", action="append", help="only these variants (repeatable)")
+    p.add_argument("--max-drop", dest="max_drop", metavar="DROP",
+                   help="choose the artifact to ship: the task metric may fall at most this far below fp32's, "
+                        "1%% (relative) or 0.01 (in the metric's units); writes decision.md and chosen/")
+    p.add_argument("--min-sqnr", dest="min_sqnr", type=float, metavar="DB",
+                   help="choose the artifact to ship: output SQNR against fp32 of at least DB (models without labels)")
+    p.add_argument("--objective", choices=["latency", "energy", "size", "memory"],
+                   help="what the choice minimises within the budget (default latency, at the first --batch)")
     p.add_argument("--runtime", action="append", metavar="NAME",
                    help="also time each variant in this runtime, e.g. openvino (host-cpu; repeatable; `edgesmith runtimes`)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",

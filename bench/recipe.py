@@ -36,8 +36,11 @@ TOP = {"model": str, "target": str, "out": str, "seed": int, "threads": int, "fo
 PLAN = {"tvm": bool, "tvm_tune_trials": int, "tvm_records": bool, "variants": list, "runtimes": list}
 BENCH = {"batch_sizes": list, "warmup": int, "reps": int, "latency_precision": (int, float), "n_calibration": int,
          "calibration_select": str}
-TABLES = {"plan": PLAN, "bench": BENCH, "options": None, "model_options": None}
-_TYPE_NAMES = {str: "a string", int: "a whole number", bool: "true or false", list: "a list", (int, float): "a number"}
+GOAL = {"max_drop": (int, float, str), "min_sqnr": (int, float), "objective": str, "batch": int,
+        "validation_fraction": (int, float), "restore": bool}
+TABLES = {"plan": PLAN, "bench": BENCH, "goal": GOAL, "options": None, "model_options": None}
+_TYPE_NAMES = {str: "a string", int: "a whole number", bool: "true or false", list: "a list", (int, float): "a number",
+               (int, float, str): 'a number or a percentage ("1%")'}
 
 
 def _check_value(where: str, key: str, value, expected) -> None:
@@ -226,4 +229,32 @@ def deploy_options(args, recipe: dict, overrides: dict | None = None):
     shapes, types = parse_input_shapes(getattr(args, "input_shape", None) or recipe.get("input_shape"))
     return DeployOptions(model=model, target=target, out=Path(out), plan=PlanOptions(**plan_kw),
                          progress=not getattr(args, "quiet", False), model_options=model_options,
-                         input_shapes=shapes, input_types=types, **data, **bench_kw, **top)
+                         input_shapes=shapes, input_types=types, goal=goal_options(args, recipe.get("goal")),
+                         **data, **bench_kw, **top)
+
+
+def goal_options(args, table: dict | None):
+    """The Goal of a deploy from ``--max-drop``/``--min-sqnr``/``--objective`` (the first ``--batch`` is the batch the
+    objective is read at) over a recipe's ``[goal]`` table; None when neither asks for a choice."""
+    from edgesmith.bench.decide import Goal
+
+    kw = dict(table or {})
+    if getattr(args, "max_drop", None) is not None:
+        kw["max_drop"] = args.max_drop
+        kw.pop("min_sqnr", None)
+    if getattr(args, "min_sqnr", None) is not None:
+        kw["min_sqnr"] = args.min_sqnr
+        if getattr(args, "max_drop", None) is None:
+            kw.pop("max_drop", None)
+    if getattr(args, "objective", None) is not None:
+        kw["objective"] = args.objective
+    if not kw:
+        return None
+    if getattr(args, "batch", None):
+        kw.setdefault("batch", args.batch[0])
+    if isinstance(kw.get("max_drop"), str):
+        kw["max_drop"], kw["relative"] = Goal.parse_drop(kw["max_drop"])
+    if "max_drop" not in kw and "min_sqnr" not in kw:
+        raise EdgesmithError(f"--objective {kw.get('objective')} needs a budget to choose within.",
+                             "add --max-drop 1% (or 0.01 in the metric's units) or --min-sqnr 30.")
+    return Goal(**kw)

@@ -12,6 +12,7 @@ lands in a temporary folder renamed into place at the end, so an interrupted dep
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import datetime as _dt
 import os
 import platform
@@ -22,9 +23,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from edgesmith import __version__
+from edgesmith.bench.decide.goal import Goal
+from edgesmith.bench.decide.search import search
+from edgesmith.bench.decide.write import summary as decision_summary
+from edgesmith.bench.decide.write import write_decision
 from edgesmith.bench.measure.energy import RaplReader, energy_figure
 from edgesmith.bench.measure.latency import check_precision, measure_isolated
 from edgesmith.bench.measure.ood_monitor import ood_entry, ood_reference
+from edgesmith.bench.pipeline.plans import deploy_plan
 from edgesmith.bench.report.writers import SLOWER_MARGIN, write_report
 from edgesmith.bench.sources.base import UserRequest, resolve_model
 from edgesmith.common import EdgesmithError, Interrupted, atomic_path, check_output, check_seed
@@ -34,7 +40,6 @@ from edgesmith.compress.base import n_samples
 from edgesmith.compress.formats import get_format, reference_runtime
 from edgesmith.compress.calibration_select import check_selector, select_calibration
 from edgesmith.hardware import PlanOptions, Workload, get_target
-from edgesmith.bench.pipeline.plans import deploy_plan
 from edgesmith.hardware.workload import scale_activity, workload_from_activity, workload_from_module, workload_from_onnx
 from edgesmith.models.kinds import get_kind
 from edgesmith.runtimes import RunResult, get_runtime
@@ -71,6 +76,7 @@ class DeployOptions:
     input_types: dict = field(default_factory=dict)  # {input name or "": numpy type name} of those (float32 if not)
     trust_model_file: bool = False  # a model file may be unpickled (it can run code): only if the user says so
     train_fn: object = None  # Python API only: the user's train_fn(model) that QAT passes call instead of their loop
+    goal: Goal | None = None  # an accuracy budget and objective: the deploy then chooses the artifact (bench.decide)
 
     def __post_init__(self):
         self.out = Path(self.out)
@@ -88,6 +94,8 @@ class DeployOptions:
                 raise EdgesmithError(f"{name} is {v!r}.", f"use a whole number of at least {lo}"
                                      + (" (percentiles need a few repetitions)." if name == "reps" else "."))
         check_precision(self.latency_precision)
+        if self.goal is not None and not isinstance(self.goal, Goal):
+            raise EdgesmithError(f"goal is {self.goal!r}.", "give a Goal (edgesmith.bench.decide.Goal) or leave it out.")
         n = self.n_calibration
         if n is not None and (not is_int(n, 1)):
             raise EdgesmithError(f"n_calibration is {n!r}.", "use a positive number of calibration samples.")
@@ -290,6 +298,8 @@ def deploy(opts: DeployOptions) -> Path:
     target.check_kind(kind.name, opts.model)  # before any training: an unsupported pair costs nothing
     kind.options(opts.plan.options)  # a bad --option fails here too, not after the build
     batch_sizes = _batch_sizes(opts, kind, producer)
+    if opts.goal is not None and opts.goal.batch not in batch_sizes:  # the objective is read at the goal's batch
+        batch_sizes = (*batch_sizes, opts.goal.batch)
     _check_batch_memory(batch_sizes, producer)  # before any training: --batch 1000000000 fails now, not later
     threads = opts.threads or os.cpu_count() or 1
     say = (lambda msg: tqdm.write(msg)) if opts.progress else (lambda msg: None)
@@ -302,7 +312,12 @@ def deploy(opts: DeployOptions) -> Path:
     ref_art = source_artifact(producer)
     ref_name = reference_runtime(ref_art.format)
     ref_rt = get_runtime(ref_name, threads=threads).load(ref_art)
-    ref_eval = producer.evaluate(predictor(ref_rt, ref_art))
+    goal = opts.goal
+    ref_split = None
+    if goal is not None:
+        _check_goal_metric(goal, producer)
+        ref_split = producer.evaluate_split(predictor(ref_rt, ref_art), goal.validation_fraction, opts.seed)
+    ref_eval = ref_split.all if ref_split is not None else producer.evaluate(predictor(ref_rt, ref_art))
     probe = producer.example_inputs(getattr(producer, "fixed_batch", None) or kind.probe_samples)
     ref_out = predictor(ref_rt, ref_art)(probe)
     _check_finite_outputs(ref_out, opts.model)
@@ -314,12 +329,13 @@ def deploy(opts: DeployOptions) -> Path:
     train_data = user_training if user_training is not None else producer.training_data()
     ctx_common = dict(calibration=calibration, example_input=producer.example_inputs(1), seed=opts.seed,
                       sensitivity=opts.sensitivity, progress=opts.progress, train_data=train_data, train_fn=opts.train_fn,
-                      evaluate=_artifact_scorer(producer, threads))
+                      evaluate=_artifact_scorer(producer, threads, goal, opts.seed))
     run = _VariantRun(target, producer, kind, threads, opts, batch_sizes, ref_out, probe, ood_ref)
 
     with atomic_path(opts.out, force=opts.force) as tmp:
         tmp.mkdir(parents=True)
         results, variants, failed = [], [], []
+        built = {}  # variant name -> its artifact: a goal's paired timing and chosen/ read them
         steps = [(v, rt) for v in plan.variants for rt in _runtime_rows(v, opts.plan)]
         bar = tqdm(total=len(steps), desc="deploy", unit="run", disable=not opts.progress)
         for variant in plan.variants:
@@ -336,6 +352,7 @@ def deploy(opts: DeployOptions) -> Path:
                 bar.update(len(_runtime_rows(variant, opts.plan)))
                 continue
             target.check_fits(art.size_bytes(), f"variant {variant.name}")
+            built[variant.name] = art
             where = None if art.path is None else str(art.path.relative_to(tmp) if art.path.is_relative_to(tmp) else art.path)
             variants.append({**variant.to_dict(), "artifact": where,
                              "pass_reports": [r.to_dict() for r in reports]})
@@ -363,6 +380,12 @@ def deploy(opts: DeployOptions) -> Path:
             raise EdgesmithError(f"no variant of {opts.model} ran on {target.name}: {f['variant']} "
                                  f"({f['runtime_label']}) failed: {f['error']}",
                                  "fix that, or leave the variant out with --variant for the others.")
+        decision = None
+        if goal is not None:
+            session = _GoalSession(run, goal, ref_art, ctx_common, tmp / "artifacts", results, variants, plan.variants,
+                                   plan.variants[0].name, ref_split, ref_eval, built)
+            decision = search(goal, session, say)
+            session.drop_probes(decision)
         report = {
             "model": opts.model,
             "kind": kind.describe() | {"options": dataclasses.asdict(kind.options(opts.plan.options))},
@@ -391,6 +414,10 @@ def deploy(opts: DeployOptions) -> Path:
         report["warnings"] += slower_than_baseline(results, plan.variants[0].name if plan.variants else None)
         for w in report["warnings"]:
             say(f"[edgesmith] warning: {w}")
+        if decision is not None:
+            report["decision"] = {"summary": decision_summary(decision), "details": "decision.md"}
+            write_decision(decision, tmp, built, {v["name"]: v["passes"] for v in variants})
+            say(f"[edgesmith] {report['decision']['summary']}")
         write_report(report, tmp)
     say(f"[edgesmith] report written to {opts.out}/report.md")
     return opts.out
@@ -466,14 +493,91 @@ def _latency_method(target, opts: DeployOptions) -> str:
     return f"estimated with the {target.cost_model.name} cost model (no {target.name} on this machine)"
 
 
-def _artifact_scorer(producer, threads: int):
-    """A metric function over ONNX artifacts, used by passes for the per-layer sensitivity table."""
+def _artifact_scorer(producer, threads: int, goal: Goal | None = None, seed: int = 0):
+    """A metric function over ONNX artifacts, used by passes for the per-layer sensitivity table; with a goal, on
+    the validation part only, so nothing the choice is tuned on is the held-out figure it reports."""
 
     def score(art: Artifact) -> float:
         rt = get_runtime("onnxruntime", threads=threads).load(art)
-        return producer.evaluate(predictor(rt, art)).value
+        return _validation_value(producer, predictor(rt, art), goal, seed)
 
     return score
+
+
+def _validation_value(producer, predict, goal: Goal | None, seed: int) -> float:
+    """The metric of ``predict`` on the goal's validation part (the whole evaluation without a goal or a split)."""
+    split = None if goal is None else producer.evaluate_split(predict, goal.validation_fraction, seed)
+    return (split.validation if split is not None else producer.evaluate(predict)).value
+
+
+def _check_goal_metric(goal: Goal, producer) -> None:
+    """A budget that cannot be read off this model's metric is refused before any variant is built."""
+    name = producer.metric.name
+    if goal.min_sqnr is not None and name != "fidelity":
+        raise EdgesmithError(f"--min-sqnr bounds output SQNR (the fidelity metric), but this deploy scores {name}.",
+                             f"state the budget in {name}: --max-drop 1% (or in its units), or drop --labels/--metric.")
+    if goal.max_drop is not None and name == "fidelity":
+        raise EdgesmithError("--max-drop reads a drop of the task metric, but this deploy has no labels and scores "
+                             "fidelity (output SQNR against fp32).",
+                             "give a floor in dB with --min-sqnr 30, or labels (--labels) and --metric.")
+
+
+class _GoalSession:
+    """What ``bench.decide.search`` reads of a deploy and may ask of it: its rows, and building, scoring and
+    measuring the variants the search makes (restored layers) the way the deploy's own were."""
+
+    def __init__(self, run, goal, ref_art, ctx_common, workdir, results, variants, plan_variants, baseline,
+                 ref_split, ref_eval, built):
+        self.run, self.goal, self.ref_art, self.ctx_common, self.workdir = run, goal, ref_art, ctx_common, workdir
+        self.results, self.variants, self.plan_variants, self.baseline = results, variants, plan_variants, baseline
+        self.reference, self.reference_value, self.built = ref_split, ref_eval.value, built
+        producer = run.producer
+        self.higher_is_better, self.metric_name = producer.metric.higher_is_better, producer.metric.name
+        self.measured = run.target.latency_provenance == "measured"
+        self.split_note = (f"{ref_split.validation.n_samples} samples to check the budget on and "
+                           f"{ref_split.held_out.n_samples} held out to report, drawn with seed {run.opts.seed}"
+                           if ref_split is not None else
+                           f"{producer.name} scores its evaluation data only as a whole, so the budget is checked "
+                           "on the figure reported (no held-out part)")
+        self._reports: dict = {}
+
+    def _build(self, variant):
+        if variant.name not in self.built:
+            ctx = PassContext(workdir=self.workdir / variant.name, **{**self.ctx_common, "progress": False})
+            art, reports = run_passes(self.ref_art, variant.passes, ctx)
+            self.built[variant.name], self._reports[variant.name] = art, reports
+        return self.built[variant.name]
+
+    def score(self, variant) -> float:
+        art = self._build(variant)
+        rt = get_runtime(variant.runtimes[0], threads=self.run.threads).load(art)
+        return _validation_value(self.run.producer, predictor(rt, art), self.goal, self.run.opts.seed)
+
+    def measure(self, variant) -> dict:
+        art = self._build(variant)
+        reports = self._reports.get(variant.name, [])
+        where = str(art.path.relative_to(self.workdir.parent)) if art.path is not None else None
+        self.variants.append({**variant.to_dict(), "artifact": where, "pass_reports": [r.to_dict() for r in reports]})
+        bpw = next((r.bits_per_weight for r in reversed(reports) if r.bits_per_weight is not None), None)
+        rt_name = variant.runtimes[0]
+        row = self.run.row(art, variant.name, rt_name, rt_name, {}, bpw)
+        self.results.append(row)
+        return row
+
+    def timing_call(self, row: dict):
+        if row["runtime"] == "tvm":  # compiled per shape in its own worker; its isolated figure stands
+            return None
+        art = self.built[row["variant"]]
+        rt = get_runtime(row["runtime"], threads=self.run.threads, **row.get("runtime_options", {})).load(art)
+        x = timing_inputs(art, self.run.producer, self.goal.batch)
+        return lambda: rt.run(x)
+
+    def drop_probes(self, decision: dict) -> None:
+        """Remove the artifacts of rebuilds the search scored but did not keep."""
+        kept = {v["name"] for v in self.variants}
+        for name in [n for n in self.built if n not in kept]:
+            shutil.rmtree(self.workdir / name, ignore_errors=True)
+            del self.built[name]
 
 
 @dataclass
@@ -498,7 +602,10 @@ class _VariantRun:
         # so evaluation reuses the kernels compiled (and tuned) for timing instead of building one more
         chunk = max(self.batch_sizes) if rt_name == "tvm" else None
         predict = predictor(rt, art, chunk, seen)
-        ev = producer.evaluate(predict)
+        split = None
+        if opts.goal is not None:
+            split = producer.evaluate_split(predict, opts.goal.validation_fraction, opts.seed)
+        ev = split.all if split is not None else producer.evaluate(predict)
         calls = seen.pop("calls")
         eval_inputs, eval_outputs, eval_stats = _merge_calls(calls)
         out = predictor(rt, art, chunk)(self.probe)
@@ -508,6 +615,8 @@ class _VariantRun:
             "runtime_label": label,
             "runtime_options": rt_opts,
             "evaluation": ev.to_dict(),
+            **({"evaluation_split": {"validation": split.validation.to_dict(), "held_out": split.held_out.to_dict()}}
+               if split is not None else {}),
             "size_bytes": art.size_bytes(),
             "bits_per_weight": bpw,
             "max_abs_diff": float(np.max(np.abs(out - self.ref_out))) if out.shape == self.ref_out.shape else None,

@@ -81,6 +81,8 @@ def render_markdown(report: DeployReport | dict) -> str:
         f"- speed: the {kind} kind's figure per timed call; energy per {unit}: see the provenance column; "
         "coefficients and sources are listed at the end of this page",
         *([""] + [f"> **warning**: {w}" for w in report.warnings] if report.warnings else []),
+        *(["", f"> **decision**: {report.more['decision']['summary']} (every candidate and why: "
+               f"[decision.md](decision.md); the artifact: `chosen/`)"] if report.more.get("decision") else []),
         "",
         "## Results",
         "",
