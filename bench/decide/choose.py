@@ -124,6 +124,9 @@ def pick(cands: list[Candidate], baseline: str, goal: Goal) -> Candidate | None:
     best = min(pool, key=lambda c: (c.cost, c.over_baseline or 0.0))
     if best.variant != baseline:
         best.verdict = "chosen"
+    elif all(c.variant == baseline for c in cands):
+        best.verdict = "chosen: the target's plan has no other variant" if best.within_budget else \
+            "chosen: the target's plan has no other variant, and it misses the budget"
     elif any(c.within_budget and c.variant != baseline for c in cands):
         best.verdict = ("chosen: no compressed candidate within budget is faster" if goal.objective == "latency"
                         else f"chosen: no compressed candidate within budget costs less ({goal.objective})")

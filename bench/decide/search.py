@@ -104,6 +104,7 @@ def search(goal: Goal, session, say=lambda m: None) -> dict:
     return {
         "goal": goal.to_dict(),
         "budget": goal.describe(),
+        "baseline": baseline,
         "metric": session.metric_name,
         "higher_is_better": hib,
         "split": session.split_note,

@@ -22,10 +22,10 @@ def summary(decision: dict) -> str:
     if c is None:
         return "no candidate could be chosen (no row has a figure for the objective)"
     line = (f"chose {c['variant']} on {c['runtime']}: {decision['metric']} {_fmt(c['held_out'])} on held-out data "
-            f"(fp32 {_fmt(decision['reference']['held_out'])}), {words} {_fmt(c['cost'] * scale)} {unit}"
-            + (f" ({c['over_baseline']:.2f}x fp32)" if c.get("over_baseline") else "")
+            f"(reference {_fmt(decision['reference']['held_out'])}), {words} {_fmt(c['cost'] * scale)} {unit}"
+            + (f" ({c['over_baseline']:.2f}x {decision.get('baseline', 'fp32')})" if c.get("over_baseline") else "")
             + (f", {len(c['restored'])} layer(s) restored" if c["restored"] else ""))
-    if c["verdict"] != "chosen":
+    if c["verdict"].startswith("chosen: no compressed"):
         miss = decision["closest_miss"]
         line += ("; " + c["verdict"].partition(": ")[2] + f" ({decision['budget']}"
                  + (f"; closest miss: {miss['variant']} on {miss['runtime']} at {_fmt(miss['validation'])} on validation"
@@ -39,12 +39,13 @@ def markdown(decision: dict) -> str:
              f"- budget: {decision['budget']}, checked on the validation part; objective: {words}"
              + ("" if decision["goal"]["objective"] == "size" else f" at batch {decision['goal']['batch']}"),
              f"- evaluation data: {decision['split']}",
-             f"- fp32 {decision['metric']}: {_fmt(decision['reference']['validation'])} on validation, "
+             f"- the reference model's (fp32) {decision['metric']}: {_fmt(decision['reference']['validation'])} on validation, "
              f"{_fmt(decision['reference']['held_out'])} held out",
              f"- search: {decision['search_s']:.1f} s"]
     if decision.get("paired_timing"):
         lines.append(f"- latency of the candidates within budget: {decision['paired_timing']['method']}")
-    lines += ["", f"| variant | runtime | validation | held out | drop | {words} ({unit}) | provenance | vs fp32 | "
+    lines += ["", f"| variant | runtime | validation | held out | drop | {words} ({unit}) | provenance | "
+              f"vs {decision.get('baseline', 'fp32')} | "
               "restored layers | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
     for c in decision["candidates"]:
         vs = f"{c['over_baseline']:.3f}x" if c["over_baseline"] else "-"
