@@ -9,6 +9,7 @@ NNCF's ``quantize_with_accuracy_control`` does with its ranking. About log2(laye
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -43,31 +44,41 @@ def with_restored(variant: Variant, index: int, layers: list[str]) -> Variant:
 
 
 def restore(variant: Variant, pass_reports: list[dict], score: Callable[[Variant], float],
-            ok: Callable[[float], bool], say: Callable[[str], None] = lambda m: None) -> Restored | None:
+            ok: Callable[[float], bool], say: Callable[[str], None] = lambda m: None,
+            progress: bool = False) -> Restored | None:
     """The fewest top-ranked layers whose restoring brings ``variant`` within budget (``ok(score(rebuilt))``), or
-    None when its pass gives no ranking or even restoring every ranked layer misses."""
+    None when its pass gives no ranking or even restoring every ranked layer misses. ``progress``: a bar over the
+    rebuilds (at most 1 + ceil(log2(layers))) with its rate and ETA."""
+    from tqdm.auto import tqdm
+
     found = ranked_pass(variant, pass_reports)
     if found is None:
         return None
     index, order = found
     probes, built = [], {}
+    bar = tqdm(total=1 + math.ceil(math.log2(max(len(order), 1))), desc=f"{variant.name}: restoring layers",
+               unit="rebuild", disable=not progress, leave=False)
 
     def probe(k: int) -> bool:
         v = with_restored(variant, index, order[:k])
         value = score(v)
         probes.append({"k": k, "validation": value, "within_budget": bool(ok(value))})
         built[k] = v
+        bar.update(1)
         say(f"[edgesmith] {variant.name}: {k} of {len(order)} layer(s) restored -> {value:.4g} on validation"
             + (" (within budget)" if probes[-1]["within_budget"] else ""))
         return probes[-1]["within_budget"]
 
     lo, hi = 0, len(order)
-    if not probe(hi):
-        return Restored(None, [], probes, order)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if probe(mid):
-            hi = mid
-        else:
-            lo = mid
+    try:
+        if not probe(hi):
+            return Restored(None, [], probes, order)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if probe(mid):
+                hi = mid
+            else:
+                lo = mid
+    finally:
+        bar.close()
     return Restored(built[hi], order[:hi], probes, order)

@@ -57,7 +57,7 @@ def search(goal: Goal, session, say=lambda m: None) -> dict:
             variant = next(v for v in session.plan_variants if v.name == c.variant)
             reports = next((v["pass_reports"] for v in session.variants if v["name"] == c.variant), [])
             say(f"[edgesmith] {c.variant} misses the budget ({c.validation:.4g} on validation): restoring layers")
-            found = restore(variant, reports, session.score, ok, say)
+            found = restore(variant, reports, session.score, ok, say, progress=session.progress)
             if found is None:
                 entry["outcome"] = "not searched: its passes rank no layers to restore"
             elif found.variant is None:

@@ -534,6 +534,7 @@ class _GoalSession:
         producer = run.producer
         self.higher_is_better, self.metric_name = producer.metric.higher_is_better, producer.metric.name
         self.measured = run.target.latency_provenance == "measured"
+        self.progress = run.opts.progress
         self.split_note = (f"{ref_split.validation.n_samples} samples to check the budget on and "
                            f"{ref_split.held_out.n_samples} held out to report, drawn with seed {run.opts.seed}"
                            if ref_split is not None else
