@@ -101,6 +101,20 @@ def search(goal: Goal, session, say=lambda m: None) -> dict:
                 judge(c, goal, baseline)
     chosen = pick(cands, baseline, goal)
     miss = closest_miss(cands)
+    warnings = []
+    n_val = session.reference.validation.n_samples if split else None
+    if goal.max_drop is not None and n_val and hib and 0.0 <= ref_val <= 1.0:
+        # a fraction scored on n samples moves by about sqrt(p(1-p)/n) from draw to draw: a budget below twice
+        # that is not resolved by this much data, and the held-out figure may miss what validation met
+        se = max(ref_val * (1 - ref_val), 1.0 / n_val) ** 0.5 / n_val ** 0.5
+        allowed = goal.max_drop * abs(ref_val) if goal.relative else goal.max_drop
+        if 2 * se > allowed:
+            warnings.append(f"the validation part's {n_val} samples do not resolve a drop of {allowed:.3g}: its "
+                            f"{session.metric_name} moves by about {se:.3g} (one standard error) between draws, "
+                            f"so the held-out figure can miss a budget validation met; give about "
+                            f"{int(4 * max(ref_val * (1 - ref_val), 0.01) / allowed ** 2) * 2} evaluation samples")
+    for w in warnings:
+        say(f"[edgesmith] warning: {w}")
     return {
         "goal": goal.to_dict(),
         "budget": goal.describe(),
@@ -116,4 +130,5 @@ def search(goal: Goal, session, say=lambda m: None) -> dict:
         "restore_search": searched,
         "paired_timing": timing,
         "search_s": round(time.perf_counter() - t0, 2),
+        "warnings": warnings,
     }

@@ -41,7 +41,8 @@ def markdown(decision: dict) -> str:
              f"- evaluation data: {decision['split']}",
              f"- the reference model's (fp32) {decision['metric']}: {_fmt(decision['reference']['validation'])} on validation, "
              f"{_fmt(decision['reference']['held_out'])} held out",
-             f"- search: {decision['search_s']:.1f} s"]
+             f"- search: {decision['search_s']:.1f} s",
+             *[f"- **warning**: {w}" for w in decision.get("warnings", [])]]
     if decision.get("paired_timing"):
         lines.append(f"- latency of the candidates within budget: {decision['paired_timing']['method']}")
     lines += ["", f"| variant | runtime | validation | held out | drop | {words} ({unit}) | provenance | "
