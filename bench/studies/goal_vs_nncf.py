@@ -195,7 +195,7 @@ def _cell(who: dict, key: str) -> str:
 def markdown(result: dict) -> str:
     lines = ["# Goal-driven deploy against NNCF's accuracy control", "",
              f"{result['machine']}; {result['date']}; {result['versions']}; `{result['command']}`", "",
-             "| model | budget | fp32 held out | edgesmith choice | held out | over fastest fp32 | restored | search wall | "
+             "| model | budget | fp32 held out | edgesmith choice | held out | over fastest fp32 | restored | edgesmith wall (search) | "
              "NNCF held out | NNCF over fastest fp32 | NNCF fp32 layers | NNCF wall |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in result["models"]:
