@@ -182,6 +182,9 @@ class PassContext:
     per-layer sensitivity table. ``example_input`` fixes the exported input shape. ``train_data``
     (optional) is what training passes fine-tune on (``Producer.training_data``); ``train_fn`` (optional,
     the Python API's) is the user's own loop, ``train_fn(model)``, that a QAT pass calls in place of its own.
+    ``keep`` (optional): a folder where a pass keeps what it computed for this model and data (int8's calibration
+    ranges) and reads what an earlier run kept, so rebuilding a variant with more layers left out (a goal's search)
+    calibrates once. ``detail`` false: the run is only scored, so per-layer reports and diagnostics may be skipped.
     """
 
     workdir: Path
@@ -193,6 +196,8 @@ class PassContext:
     progress: bool = True
     train_data: Any = None
     train_fn: Callable[[Any], Any] | None = None
+    keep: Path | None = None
+    detail: bool = True
 
     def calibration_checked(self, what: str = "calibration data"):
         """The calibration samples (one array, or a dict by input name), each checked non-empty and finite."""

@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import json
 import os
+import shutil
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -402,6 +405,20 @@ def _op_set_words(op_types, short: bool = False) -> str:
             "every operator type onnxruntime's quantizer knows (op_types empty)")
 
 
+def _kept_calibration(folder: Path | None, prepared: Path, calib, config: Int8QdqConfig) -> Path | None:
+    """Where ranges calibrated for this prepared graph, calibration data and calibration settings are kept in
+    ``folder`` (``PassContext.keep``); None without a folder. What is left out (``exclude``) is not in the key: it
+    only shrinks the tensors a run needs, and each kept file records the exclusions it was calibrated with."""
+    if folder is None:
+        return None
+    h = hashlib.sha256(prepared.read_bytes())
+    for a in (calib.values() if isinstance(calib, dict) else [calib]):
+        h.update(np.ascontiguousarray(a).tobytes())
+    settings = {k: v for k, v in config.to_dict().items() if k not in ("exclude", "allow_empty", "output_quantizers")}
+    h.update(json.dumps(settings, sort_keys=True).encode())
+    return Path(folder) / f"int8-calibration-{h.hexdigest()[:24]}.json"
+
+
 def _quantize_op_set(fp32: onnx.ModelProto, prepared: Path, out: Path, calib: np.ndarray, config: Int8QdqConfig,
                      cache: Path, index_nodes: list[str]) -> tuple[tuple[str, ...], list[str]]:
     """Quantize ``prepared`` to ``out`` with ``config``'s operator types: (the nodes kept in fp32, notes saying why).
@@ -434,6 +451,11 @@ def _int8_qdq(artifact: Artifact, config: Int8QdqConfig, ctx: PassContext) -> Pa
     calib = first_samples(calib_all, config.n_calibration)
     fp32 = load_model(artifact.path)
     refuse_quantized(fp32, str(artifact.path))
+    opset = next((o.version for o in fp32.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is not None and opset < 13:  # onnxruntime's quantizer would quietly quantize no layer
+        raise EdgesmithError(f"{artifact.path} uses ONNX opset {opset}; int8-qdq needs opset 13 or newer (per-channel "
+                             "weights).", "upgrade it (onnx.version_converter.convert_version(model, 13)), or use "
+                             "`edgesmith quantize`/`deploy`, which upgrade it.")
     strip_identities(fp32)  # the graph the quantizer sees (node names are kept)
     check_node_names(fp32, config.exclude, "exclude")
     out = ctx.workdir / "model.int8.onnx"
@@ -475,6 +497,11 @@ def _int8_qdq(artifact: Artifact, config: Int8QdqConfig, ctx: PassContext) -> Pa
         for k, op_types in enumerate(sets):
             cand = dataclasses.replace(config, op_types=op_types)
             path, cache = Path(tmp) / f"candidate{k}.onnx", Path(tmp) / f"calibration{k}.json"
+            kept = _kept_calibration(ctx.keep, prepared, calib, cand)
+            if kept is not None and kept.exists() and set(json.loads(kept.with_suffix(".exclude").read_text())) \
+                    <= set(cand.exclude):  # ranges of every tensor this run quantizes (it leaves out no fewer layers)
+                shutil.copyfile(kept, cache)
+                report.notes.append("calibration ranges reused from an earlier run on the same model and data")
             try:
                 keep, cand_notes = _quantize_op_set(fp32, prepared, path, calib, cand, cache, index_nodes)
             except EdgesmithError as e:
@@ -484,6 +511,10 @@ def _int8_qdq(artifact: Artifact, config: Int8QdqConfig, ctx: PassContext) -> Pa
                 continue
             tried.append({"op_types": list(op_types), "cand": cand, "path": path, "cache": cache, "keep": keep,
                           "notes": cand_notes})
+            if kept is not None and not kept.exists() and cache.is_file():
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                kept.with_suffix(".exclude").write_text(json.dumps(list(cand.exclude)))
+                shutil.copyfile(cache, kept)
         if len(tried) > 1:
             for t in tried:
                 got = output_sqnr(fp32, load_model(t["path"]), [o.name for o in fp32.graph.output], calib)
@@ -511,6 +542,10 @@ def _int8_qdq(artifact: Artifact, config: Int8QdqConfig, ctx: PassContext) -> Pa
         with atomic_path(out, force=True) as written:
             os.replace(best["path"], written)
         new = Artifact("onnx", path=out, meta=meta)
+        if not ctx.detail:  # a rebuild that is only scored: no per-layer table, no kernel count
+            report.size_after_bytes = new.size_bytes()
+            report.notes.append("per-layer reports skipped: a rebuild scored only (PassContext.detail false)")
+            return PassResult(new, report)
         report.layers = int8_layer_reports(fp32, load_model(out), calib, config.exclude)
         report.extra["restore_order"] = restore_order(report.layers)
         if sensitivity_requested(ctx, report):
