@@ -334,6 +334,8 @@ def deploy(opts: DeployOptions) -> Path:
 
     with atomic_path(opts.out, force=opts.force) as tmp:
         tmp.mkdir(parents=True)
+        if goal is not None:  # the int8 calibration ranges, kept for the search's rebuilds and removed after it
+            ctx_common["keep"] = tmp / ".keep"
         results, variants, failed = [], [], []
         built = {}  # variant name -> its artifact: a goal's paired timing and chosen/ read them
         steps = [(v, rt) for v in plan.variants for rt in _runtime_rows(v, opts.plan)]
@@ -540,23 +542,25 @@ class _GoalSession:
                            if ref_split is not None else
                            f"{producer.name} scores its evaluation data only as a whole, so the budget is checked "
                            "on the figure reported (no held-out part)")
-        self._reports: dict = {}
+        self._arts: dict = {}  # build name -> (artifact, pass reports)
 
-    def _build(self, variant):
-        if variant.name not in self.built:
-            ctx = PassContext(workdir=self.workdir / variant.name, **{**self.ctx_common, "progress": False})
-            art, reports = run_passes(self.ref_art, variant.passes, ctx)
-            self.built[variant.name], self._reports[variant.name] = art, reports
-        return self.built[variant.name]
+    def _build(self, variant, detail: bool):
+        """The variant's artifact: a rebuild that is only scored skips the passes' per-layer detail; every build
+        reuses the calibration ranges the deploy's own int8 run kept (``PassContext.keep``)."""
+        name = variant.name if detail else f"{variant.name}.probe"
+        if name not in self._arts:
+            ctx = PassContext(workdir=self.workdir / name, **{**self.ctx_common, "progress": False, "detail": detail})
+            self._arts[name] = run_passes(self.ref_art, variant.passes, ctx)
+        return self._arts[name]
 
     def score(self, variant) -> float:
-        art = self._build(variant)
+        art, _ = self._build(variant, detail=False)
         rt = get_runtime(variant.runtimes[0], threads=self.run.threads).load(art)
         return _validation_value(self.run.producer, predictor(rt, art), self.goal, self.run.opts.seed)
 
     def measure(self, variant) -> dict:
-        art = self._build(variant)
-        reports = self._reports.get(variant.name, [])
+        art, reports = self._build(variant, detail=True)
+        self.built[variant.name] = art
         where = str(art.path.relative_to(self.workdir.parent)) if art.path is not None else None
         self.variants.append({**variant.to_dict(), "artifact": where, "pass_reports": [r.to_dict() for r in reports]})
         bpw = next((r.bits_per_weight for r in reversed(reports) if r.bits_per_weight is not None), None)
@@ -574,11 +578,12 @@ class _GoalSession:
         return lambda: rt.run(x)
 
     def drop_probes(self, decision: dict) -> None:
-        """Remove the artifacts of rebuilds the search scored but did not keep."""
+        """Remove what the search built and did not keep: scored rebuilds and the calibration ranges kept for them."""
         kept = {v["name"] for v in self.variants}
-        for name in [n for n in self.built if n not in kept]:
+        for name in [n for n in self._arts if n not in kept]:
             shutil.rmtree(self.workdir / name, ignore_errors=True)
-            del self.built[name]
+        if self.ctx_common.get("keep") is not None:
+            shutil.rmtree(self.ctx_common["keep"], ignore_errors=True)
 
 
 @dataclass
