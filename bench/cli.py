@@ -311,6 +311,8 @@ def _add_deploy_flags(p: argparse.ArgumentParser) -> None:
                         "1%% (relative) or 0.01 (in the metric's units); writes decision.md and chosen/")
     p.add_argument("--min-sqnr", dest="min_sqnr", type=float, metavar="DB",
                    help="choose the artifact to ship: output SQNR against fp32 of at least DB (models without labels)")
+    p.add_argument("--allow-qat", dest="allow_qat", action="store_true",
+                   help="with a budget: if no post-training candidate meets it, also train QAT variants (3 epochs)")
     p.add_argument("--objective", choices=["latency", "energy", "size", "memory"],
                    help="what the choice minimises within the budget (default latency, at the first --batch)")
     p.add_argument("--runtime", action="append", metavar="NAME",

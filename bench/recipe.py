@@ -37,7 +37,7 @@ PLAN = {"tvm": bool, "tvm_tune_trials": int, "tvm_records": bool, "variants": li
 BENCH = {"batch_sizes": list, "warmup": int, "reps": int, "latency_precision": (int, float), "n_calibration": int,
          "calibration_select": str}
 GOAL = {"max_drop": (int, float, str), "min_sqnr": (int, float), "objective": str, "batch": int,
-        "validation_fraction": (int, float), "restore": bool}
+        "validation_fraction": (int, float), "restore": bool, "allow_qat": bool, "qat_epochs": int}
 TABLES = {"plan": PLAN, "bench": BENCH, "goal": GOAL, "options": None, "model_options": None}
 _TYPE_NAMES = {str: "a string", int: "a whole number", bool: "true or false", list: "a list", (int, float): "a number",
                (int, float, str): 'a number or a percentage ("1%")'}
@@ -248,6 +248,8 @@ def goal_options(args, table: dict | None):
             kw.pop("max_drop", None)
     if getattr(args, "objective", None) is not None:
         kw["objective"] = args.objective
+    if getattr(args, "allow_qat", False):
+        kw["allow_qat"] = True
     if not kw:
         return None
     if getattr(args, "batch", None):
@@ -255,6 +257,7 @@ def goal_options(args, table: dict | None):
     if isinstance(kw.get("max_drop"), str):
         kw["max_drop"], kw["relative"] = Goal.parse_drop(kw["max_drop"])
     if "max_drop" not in kw and "min_sqnr" not in kw:
-        raise EdgesmithError(f"--objective {kw.get('objective')} needs a budget to choose within.",
+        asked = f"--objective {kw['objective']}" if "objective" in kw else "--allow-qat"
+        raise EdgesmithError(f"{asked} needs a budget to choose within.",
                              "add --max-drop 1% (or 0.01 in the metric's units) or --min-sqnr 30.")
     return Goal(**kw)

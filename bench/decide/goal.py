@@ -21,6 +21,9 @@ class Goal(Config):
     (peak RSS at ``batch``). ``validation_fraction``: the share of the evaluation samples the budget is checked on; the
     choice's figure is reported on the rest. ``restore``: a quantized candidate that misses the budget gets its most
     harmful layers back in higher precision, the fewest that bring it within budget (ranked, then bisected).
+    ``allow_qat``: when no compressed post-training candidate meets the budget, the target's quantization-aware
+    training variants (brevitas, ``qat_epochs`` epochs on the producer's training data or ``--train-data``) are built
+    and judged too; they train, so only when asked.
     """
 
     max_drop: float | None = None
@@ -30,6 +33,8 @@ class Goal(Config):
     batch: int = 1
     validation_fraction: float = 0.5
     restore: bool = True
+    allow_qat: bool = False
+    qat_epochs: int = 3
 
     def validate(self) -> None:
         number = (int, float)
@@ -44,7 +49,9 @@ class Goal(Config):
         if self.min_sqnr is not None and (isinstance(self.min_sqnr, bool) or not isinstance(self.min_sqnr, number)
                                           or not -1e3 < self.min_sqnr < 1e3):
             self._fail("min_sqnr", f"is {self.min_sqnr!r}", "use a number of dB, e.g. 30.")
-        for name in ("relative", "restore"):
+        if not is_int(self.qat_epochs, 1):
+            self._fail("qat_epochs", f"is {self.qat_epochs!r}", "use a whole number of epochs, at least 1.")
+        for name in ("relative", "restore", "allow_qat"):
             if not isinstance(getattr(self, name), bool):
                 self._fail(name, f"is {getattr(self, name)!r}", "use true or false.")
         if self.objective not in OBJECTIVES:

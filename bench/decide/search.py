@@ -76,6 +76,16 @@ def search(goal: Goal, session, say=lambda m: None) -> dict:
                 cands += new
             searched.append(entry)
 
+    trained = None
+    if goal.allow_qat and not any(c.within_budget and c.variant != baseline for c in cands):
+        qat, why = session.qat_variants(goal.qat_epochs)
+        trained = {"outcome": why or f"built {', '.join(v.name for v in qat)} ({goal.qat_epochs} epochs each)"}
+        for v in qat:
+            say(f"[edgesmith] no post-training candidate meets the budget: training {v.name} ({goal.qat_epochs} epochs)")
+            row = session.measure(v)
+            cands += candidates(goal, [row], ref_val, hib, baseline, figures,
+                                baseline_costs={x.runtime: x.cost for x in cands if x.variant == baseline})
+
     timing = None
     if session.measured:  # every candidate within budget timed beside fp32: a slower one is never chosen
         keys = [c for c in cands if c.within_budget or c.variant == baseline]
@@ -128,6 +138,7 @@ def search(goal: Goal, session, say=lambda m: None) -> dict:
         "chosen": None if chosen is None else chosen.to_dict(),
         "closest_miss": None if miss is None else miss.to_dict(),
         "restore_search": searched,
+        "qat": trained,
         "paired_timing": timing,
         "search_s": round(time.perf_counter() - t0, 2),
         "warnings": warnings,

@@ -53,6 +53,8 @@ def markdown(decision: dict) -> str:
         lines.append(f"| {c['variant']} | {c['runtime']} | {_fmt(c['validation'])} | {_fmt(c['held_out'])} | "
                      f"{_fmt(c['drop'], 3)} | {_fmt(None if c['cost'] is None else c['cost'] * scale)} | "
                      f"{c['cost_provenance']} | {vs} | {len(c['restored']) or '-'} | {c['verdict']} |")
+    if decision.get("qat"):
+        lines += ["", f"QAT (asked for with --allow-qat): {decision['qat']['outcome']}"]
     if decision["restore_search"]:
         lines += ["", "## Layers restored", ""]
         for s in decision["restore_search"]:

@@ -385,7 +385,7 @@ def deploy(opts: DeployOptions) -> Path:
         decision = None
         if goal is not None:
             session = _GoalSession(run, goal, ref_art, ctx_common, tmp / "artifacts", results, variants, plan.variants,
-                                   plan.variants[0].name, ref_split, ref_eval, built)
+                                   plan.variants[0].name, ref_split, ref_eval, built, plan_options)
             decision = search(goal, session, say)
             session.drop_probes(decision)
         report = {
@@ -529,10 +529,11 @@ class _GoalSession:
     measuring the variants the search makes (restored layers) the way the deploy's own were."""
 
     def __init__(self, run, goal, ref_art, ctx_common, workdir, results, variants, plan_variants, baseline,
-                 ref_split, ref_eval, built):
+                 ref_split, ref_eval, built, plan_options):
         self.run, self.goal, self.ref_art, self.ctx_common, self.workdir = run, goal, ref_art, ctx_common, workdir
         self.results, self.variants, self.plan_variants, self.baseline = results, variants, plan_variants, baseline
         self.reference, self.reference_value, self.built = ref_split, ref_eval.value, built
+        self.plan_options = plan_options
         producer = run.producer
         self.higher_is_better, self.metric_name = producer.metric.higher_is_better, producer.metric.name
         self.measured = run.target.latency_provenance == "measured"
@@ -568,6 +569,23 @@ class _GoalSession:
         row = self.run.row(art, variant.name, rt_name, rt_name, {}, bpw)
         self.results.append(row)
         return row
+
+    def qat_variants(self, epochs: int) -> tuple[list, str | None]:
+        """The target's quantization-aware training variants for this model with ``epochs`` of training, those its
+        plan did not already build; or none, and why."""
+        options = dataclasses.replace(self.plan_options, options={**self.plan_options.options, "qat_epochs": epochs},
+                                      variants=())
+        try:
+            plan = deploy_plan(self.run.target, self.run.producer, options)
+        except EdgesmithError as e:
+            return [], f"not tried: {e.problem}"
+        have = {v.name for v in self.plan_variants}
+        qat = [v for v in plan.variants if v.name not in have and any("qat" in p.kind for p in v.passes)]
+        if not qat:
+            why = next((n for n in plan.notes if "qat" in n.lower()), "")
+            return [], ("not tried: the target's plan offers no QAT variant for this model (QAT needs a torch model "
+                        "and data to train on: --train-data)" + (f"; {why}" if why else ""))
+        return qat, None
 
     def timing_call(self, row: dict):
         if row["runtime"] == "tvm":  # compiled per shape in its own worker; its isolated figure stands

@@ -18,6 +18,8 @@ from edgesmith.common import EdgesmithError
     ({"max_drop": 0.01, "batch": 0}, "batch"),
     ({"max_drop": 0.01, "validation_fraction": 1.0}, "validation_fraction"),
     ({"max_drop": 0.01, "restore": "yes"}, "restore"),
+    ({"max_drop": 0.01, "allow_qat": 1}, "allow_qat"),
+    ({"max_drop": 0.01, "qat_epochs": 0}, "qat_epochs"),
 ])
 def test_a_bad_goal_is_refused_naming_the_field(fields, match):
     with pytest.raises(EdgesmithError, match=match):

@@ -148,3 +148,21 @@ def test_a_sweep_varies_the_goal_per_cell(capsys, tmp_path, monkeypatch):
     goals = sorted((d["goal"]["max_drop"], d["goal"]["relative"], d["goal"]["objective"])
                    for d in (json.loads(p.read_text()) for p in (tmp_path / "out").rglob("decision.json")))
     assert goals == [(0.01, True, "size"), (0.05, False, "size")]
+
+
+def test_allow_qat_trains_only_when_no_post_training_candidate_meets_the_budget(capsys, tmp_path):
+    out = tmp_path / "r"
+    # fp32 alone leaves no post-training candidate: QAT is built, judged like any row, and named as trained
+    code, _, err = run_cli(capsys, "deploy", "digits-mlp", "--target", "host-cpu", "--max-drop", "1%", "--allow-qat",
+                           "--variant", "fp32", "--out", out, *FAST)
+    assert code == 0, err
+    d = _decision(out)
+    assert d["qat"]["outcome"] == "built qat-w8a8, qat-w4a8 (3 epochs each)"
+    assert {c["variant"] for c in d["candidates"]} == {"fp32", "qat-w8a8", "qat-w4a8"}
+    # a model file with no torch module and no training data: not tried, and why
+    _outlier_mlp(tmp_path / "mlp.onnx")
+    code, _, err = run_cli(capsys, "deploy", tmp_path / "mlp.onnx", "--target", "host-cpu", "--calibration-data",
+                           tmp_path / "cal.npy", "--eval-data", tmp_path / "ev.npy", "--min-sqnr", "25", "--allow-qat",
+                           "--variant", "fp32", "--out", tmp_path / "r2", *FAST)
+    assert code == 0, err
+    assert _decision(tmp_path / "r2")["qat"]["outcome"].startswith("not tried: the target's plan offers no QAT variant")
