@@ -615,3 +615,28 @@ def drop_output_quantizers(model: onnx.ModelProto, quantized_types: Iterable[str
     _replace_nodes(g, [n for n in g.node if id(n) not in drop])
     rewire(g)
     return len(drop)
+
+
+def layer_data_inputs(model: onnx.ModelProto, layers: list[WeightLayer]) -> dict[str, str | None]:
+    """{node name: the activation it reads (its first input that is not an initializer)} for the main graph's
+    ``layers``: where the error arriving at a layer is measured."""
+    inits = {t.name for t in model.graph.initializer}
+    nodes = {n.name: n for n in model.graph.node}
+    return {layer.node_name: next((i for i in nodes[layer.node_name].input if i and i not in inits), None)
+            for layer in layers if layer.node_name in nodes and not layer.subgraph}
+
+
+def restore_order(layers: list[LayerReport]) -> list[dict]:
+    """The quantized layers, most harmful first: the relative noise power each adds across itself on the calibration
+    samples (10^(-output SQNR/10) - 10^(-input SQNR/10), exact inputs counting as noiseless), the ranking a
+    goal-driven deploy restores layers by. In noise power, not dB: a first layer that takes exact inputs to 37 dB adds
+    0.0002, a layer that takes 20 dB to 15 dB adds 0.02."""
+    rows = []
+    for layer in layers:
+        out_db = layer.error.get("output_sqnr_db")
+        if layer.action != "quantized" or out_db is None:
+            continue
+        in_db = layer.error.get("input_sqnr_db")
+        added = 10 ** (-out_db / 10) - (0.0 if in_db is None else 10 ** (-in_db / 10))
+        rows.append({"layer": layer.name, "noise_added": float(f"{max(added, 0.0):.4g}")})
+    return sorted(rows, key=lambda r: -r["noise_added"])

@@ -33,11 +33,13 @@ from edgesmith.compress.onnx_analysis import (
     find_weight_layers,
     graphs_with_scope,
     initializers,
+    layer_data_inputs,
     load_model,
     node_attr,
     output_sqnr,
     quiet_onnxruntime,
     report_db,
+    restore_order,
     sqnr_db,
     tensor_bits,
 )
@@ -249,7 +251,9 @@ def int4_layer_reports(fp32: onnx.ModelProto, qmodel: onnx.ModelProto, calib: np
     """One LayerReport per weight layer, subgraph ones included: action, bits per weight, weight SQNR, and output SQNR
     for the main graph's layers (a subgraph's tensors cannot be read out of onnxruntime)."""
     layers = find_weight_layers(fp32, subgraphs=True)
-    out_db = output_sqnr(fp32, qmodel, [layer.output for layer in layers], calib) if calib is not None else {}
+    data_in = layer_data_inputs(fp32, layers)
+    out_db = output_sqnr(fp32, qmodel, [layer.output for layer in layers] + [i for i in data_in.values() if i],
+                         calib) if calib is not None else {}
     inits, nbits = {}, {}
     for graph, _, scope in graphs_with_scope(qmodel):
         inits.update(scope)
@@ -257,6 +261,8 @@ def int4_layer_reports(fp32: onnx.ModelProto, qmodel: onnx.ModelProto, calib: np
     reports = []
     for layer in layers:
         error = {"output_sqnr_db": report_db(out_db.get(layer.output))} if calib is not None and not layer.subgraph else {}
+        if data_in.get(layer.node_name) in out_db:  # the error arriving at the layer, against what it leaves
+            error["input_sqnr_db"] = report_db(out_db[data_in[layer.node_name]])
         node = nbits.get(layer.output) if layer.op_type == "MatMul" else None
         if node is not None and layer.weight is not None:
             w, bits = dequantize_matmulnbits(node, inits)
@@ -302,6 +308,8 @@ def _int4_weight_only(artifact: Artifact, config: Int4WeightOnlyConfig, ctx: Pas
         notes.append("no calibration data given: per-layer output SQNR not measured.")
     report = PassReport(config.to_dict(), "onnx", "onnx", artifact.size_bytes(), new.size_bytes(), notes=notes)
     report.layers = int4_layer_reports(fp32, load_model(out), calib, config.exclude, config.gemm_as_matmul)
+    if calib is not None:
+        report.extra["restore_order"] = restore_order(report.layers)
     report.bits_per_weight = bits_per_weight(report.layers)
     if not any(layer.action == "quantized" for layer in report.layers) and not config.allow_empty:
         why = sorted({layer.reason for layer in report.layers if layer.reason}) or ["the model has no weight layer"]

@@ -48,11 +48,13 @@ from edgesmith.compress.onnx_analysis import (
     fold_batch_norms,
     fused_kernels,
     initializers,
+    layer_data_inputs,
     load_model,
     output_sqnr,
     quantized_ops,
     quiet_onnxruntime,
     report_db,
+    restore_order,
     scratch_cwd,
     sqnr_db,
     strip_identities,
@@ -350,30 +352,11 @@ def dequantized_int8_weight(qmodel: onnx.ModelProto, layer: WeightLayer) -> tupl
     return w, sum(tensor_bits(t) for t in parts)
 
 
-def restore_order(layers: list[LayerReport]) -> list[dict]:
-    """The quantized layers, most harmful first: the relative noise power each adds across itself on the calibration
-    samples (10^(-output SQNR/10) - 10^(-input SQNR/10), exact inputs counting as noiseless), the ranking a
-    goal-driven deploy restores layers by. In noise power, not dB: a first layer that takes exact inputs to 37 dB adds
-    0.0002, a layer that takes 20 dB to 15 dB adds 0.02."""
-    rows = []
-    for layer in layers:
-        out_db = layer.error.get("output_sqnr_db")
-        if layer.action != "quantized" or out_db is None:
-            continue
-        in_db = layer.error.get("input_sqnr_db")
-        added = 10 ** (-out_db / 10) - (0.0 if in_db is None else 10 ** (-in_db / 10))
-        rows.append({"layer": layer.name, "noise_added": float(f"{max(added, 0.0):.4g}")})
-    return sorted(rows, key=lambda r: -r["noise_added"])
-
-
 def int8_layer_reports(fp32: onnx.ModelProto, qmodel: onnx.ModelProto, calib: np.ndarray,
                        exclude: tuple[str, ...]) -> list[LayerReport]:
     """One LayerReport per weight layer: action, bits per weight, weight and output SQNR."""
     layers = find_weight_layers(fp32)
-    inits = {t.name for t in fp32.graph.initializer}
-    nodes = {n.name: n for n in fp32.graph.node}
-    data_in = {layer.node_name: next((i for i in nodes[layer.node_name].input if i and i not in inits), None)
-               for layer in layers if layer.node_name in nodes and not layer.subgraph}
+    data_in = layer_data_inputs(fp32, layers)
     out_db = output_sqnr(fp32, qmodel, [layer.output for layer in layers] + [i for i in data_in.values() if i], calib)
     reports = []
     for layer in layers:

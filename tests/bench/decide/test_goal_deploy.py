@@ -166,3 +166,19 @@ def test_allow_qat_trains_only_when_no_post_training_candidate_meets_the_budget(
                            "--variant", "fp32", "--out", tmp_path / "r2", *FAST)
     assert code == 0, err
     assert _decision(tmp_path / "r2")["qat"]["outcome"].startswith("not tried: the target's plan offers no QAT variant")
+
+
+def test_int4_that_misses_a_floor_gets_layers_restored_too(capsys, tmp_path):
+    # int4 ranks its layers like int8 (noise added across each), so the same search restores them
+    _outlier_mlp(tmp_path / "mlp.onnx")
+    out = tmp_path / "r"
+    code, _, err = run_cli(capsys, "deploy", tmp_path / "mlp.onnx", "--target", "host-cpu", "--calibration-data",
+                           tmp_path / "cal.npy", "--eval-data", tmp_path / "ev.npy", "--min-sqnr", "15", "--objective",
+                           "size", "--variant", "fp32", "--variant", "int4", "--out", out, *FAST)
+    assert code == 0, err
+    d = _decision(out)
+    search = next(s for s in d["restore_search"] if s["variant"] == "int4")
+    k = len(search["layers"])
+    assert 1 <= k < 5 and search["result"] == f"int4-restored{k}"
+    restored = next(c for c in d["candidates"] if c["variant"] == search["result"])
+    assert restored["validation"] >= 15 and restored["cost"] < d["candidates"][0]["cost"]
