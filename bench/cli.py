@@ -186,7 +186,7 @@ def bench_inputs(model, shapes: dict, batch: int, seed: int, types: dict | None 
 def cmd_bench(args) -> int:
     import onnx
 
-    from edgesmith.bench.measure.latency import measure_isolated
+    from edgesmith.bench.measure.latency import measure_isolated_sets
     from edgesmith.bench.sources.base import parse_input_shapes
 
     if args.out:  # before measuring, not after
@@ -205,10 +205,12 @@ def cmd_bench(args) -> int:
     nbytes = max(sum(x.nbytes for x in f.values()) for f in feeds.values())
     art.meta["input_shape"] = None
     rows = []
-    for b, feed in feeds.items():
-        x = feed if len(feed) > 1 else next(iter(feed.values()))
-        res = measure_isolated(args.runtime, art, x, threads=threads, warmup=args.warmup, reps=args.reps,
-                               runtime_options=rt_opts)
+    ascending = sorted(feeds)  # one fresh process times every batch size, smallest first (each peak RSS its own)
+    sets = [feeds[b] if len(feeds[b]) > 1 else next(iter(feeds[b].values())) for b in ascending]
+    timed = dict(zip(ascending, measure_isolated_sets(args.runtime, art, sets, threads=threads, warmup=args.warmup,
+                                                      reps=args.reps, runtime_options=rt_opts)))
+    for b in feeds:
+        res = timed[b]
         rows.append({"batch": b, **res.to_dict()})
         lat = res.latency
         print(f"{args.runtime} batch {b}: p50 {lat.p50 * 1e3:.4f} ms, p90 {lat.p90 * 1e3:.4f} ms, "

@@ -249,19 +249,22 @@ def _save_torch_program(artifact: Artifact, x: np.ndarray, path: Path) -> str | 
     return None
 
 
-def _measure_here(runtime_name: str, artifact: Artifact, x: np.ndarray, *, threads, warmup, reps, min_time_s,
-                  runtime_options: dict, why: str, precision: float = 0.0) -> IsolatedResult:
+def _measure_here(runtime_name: str, artifact: Artifact, xs: list, *, threads, warmup, reps, min_time_s,
+                  runtime_options: dict, why: str, precision: float = 0.0) -> list[IsolatedResult]:
     rt = get_runtime(runtime_name, threads=threads, **runtime_options)
     before = current_rss_bytes()
     rt.load(artifact)
     after = current_rss_bytes()
     method = (f"{METHOD_IN_PROCESS} (torch.export failed: {why}; memory figures belong to this shared "
               f"process, not to the artifact alone)")
-    stats = measure_latency(rt, x, warmup=warmup, reps=reps, min_time_s=min_time_s, method=method,
-                            precision=precision)
-    outputs = rt.run(x).outputs
-    mem = MemoryStats(artifact_size_bytes(artifact), before, after, peak_rss_bytes(), isolated=False)
-    return IsolatedResult(stats, mem, outputs, isolated=False)
+    out = []
+    for x in xs:
+        stats = measure_latency(rt, x, warmup=warmup, reps=reps, min_time_s=min_time_s, method=method,
+                                precision=precision)
+        outputs = rt.run(x).outputs
+        mem = MemoryStats(artifact_size_bytes(artifact), before, after, peak_rss_bytes(), isolated=False)
+        out.append(IsolatedResult(stats, mem, outputs, isolated=False))
+    return out
 
 
 def _last_line(text: str) -> str:
@@ -280,7 +283,7 @@ def _run_worker(workdir: Path, threads: int | None, timeout_s: float, what: str)
     except subprocess.TimeoutExpired:
         raise EdgesmithError(f"measuring {what} in a fresh process took longer than {timeout_s} s.",
                              "raise timeout_s, or lower reps / min_time_s.") from None
-    if proc.returncode == 0 and (workdir / "result.json").exists():
+    if proc.returncode == 0 and (workdir / "result0.json").exists():
         return
     err_file = workdir / "error.json"
     if err_file.exists():  # a user error inside the worker: pass it on unchanged
@@ -302,11 +305,23 @@ def measure_isolated(runtime_name: str, artifact: Artifact, inputs, *, threads: 
     measured in this process and ``method`` says so. ``threads`` goes to the runtime and to the
     worker's OMP_NUM_THREADS.
     """
+    return measure_isolated_sets(runtime_name, artifact, [inputs], threads=threads, warmup=warmup, reps=reps,
+                                 min_time_s=min_time_s, runtime_options=runtime_options, timeout_s=timeout_s,
+                                 precision=precision)[0]
+
+
+def measure_isolated_sets(runtime_name: str, artifact: Artifact, input_sets: list, *, threads: int | None,
+                          warmup: int = 20, reps: int = 200, min_time_s: float = 0.0,
+                          runtime_options: dict | None = None, timeout_s: float = 600,
+                          precision: float = 0.0) -> list[IsolatedResult]:
+    """``measure_isolated`` for several input sets (batch sizes) in one fresh process: the artifact is loaded once
+    and each set timed in turn, in the order given (give ascending batch sizes, so each peak RSS is that batch's:
+    the peak by the end of its timing). One process start and one load instead of one per batch size."""
     _check_counts(warmup, reps, min_time_s)
     check_precision(precision)
     if threads is not None and (int(threads) != threads or threads < 1):
         raise EdgesmithError(f"threads must be a whole number >= 1 or None, got {threads!r}.", "pass e.g. threads=2.")
-    x = _as_inputs(inputs)
+    xs = [_as_inputs(inputs) for inputs in input_sets]
     opts = dict(runtime_options or {})
     try:
         json.dumps(opts)
@@ -319,9 +334,9 @@ def measure_isolated(runtime_name: str, artifact: Artifact, inputs, *, threads: 
         spec_artifact = {"format": artifact.format, "meta": _json_meta(artifact.meta)}
         if artifact.format == "torch":
             program = workdir / "module.pt2"
-            why = _save_torch_program(artifact, x, program)
+            why = _save_torch_program(artifact, xs[0], program)
             if why is not None:
-                return _measure_here(runtime_name, artifact, x, threads=threads, warmup=warmup, reps=reps,
+                return _measure_here(runtime_name, artifact, xs, threads=threads, warmup=warmup, reps=reps,
                                      min_time_s=min_time_s, runtime_options=opts, why=why, precision=precision)
             spec_artifact["path"] = str(program)
         elif artifact.path is None:  # another in-memory model (a tree ensemble): its own save/load, by class
@@ -338,11 +353,15 @@ def measure_isolated(runtime_name: str, artifact: Artifact, inputs, *, threads: 
         method = METHOD_ISOLATED + (", torch.export program" if artifact.format == "torch" else "")
         write_json(workdir / "spec.json", {"runtime": runtime_name, "threads": threads, "runtime_options": opts,
                                            "warmup": int(warmup), "reps": int(reps), "min_time_s": float(min_time_s),
-                                           "precision": float(precision), "method": method,
+                                           "precision": float(precision), "method": method, "sets": len(xs),
                                            "artifact": spec_artifact})
-        np.savez(workdir / "inputs.npz", **(x if isinstance(x, dict) else {"": x}))
-        _run_worker(workdir, threads, timeout_s, what)
-        result = json.loads((workdir / "result.json").read_text())
-        outputs = np.load(workdir / "outputs.npy")
-    memory = MemoryStats(artifact_size_bytes=artifact_size_bytes(artifact), **result["memory"])
-    return IsolatedResult(LatencyStats.from_dict(result["latency"]), memory, outputs, isolated=True)
+        for i, x in enumerate(xs):
+            np.savez(workdir / f"inputs{i}.npz", **(x if isinstance(x, dict) else {"": x}))
+        _run_worker(workdir, threads, timeout_s * len(xs), what)
+        results = []
+        for i in range(len(xs)):
+            result = json.loads((workdir / f"result{i}.json").read_text())
+            memory = MemoryStats(artifact_size_bytes=artifact_size_bytes(artifact), **result["memory"])
+            results.append(IsolatedResult(LatencyStats.from_dict(result["latency"]), memory,
+                                          np.load(workdir / f"outputs{i}.npy"), isolated=True))
+    return results

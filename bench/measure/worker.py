@@ -2,11 +2,12 @@
 
     python -m edgesmith.bench.measure.worker WORKDIR
 
-WORKDIR holds ``spec.json`` (runtime, threads, counts, artifact) and ``inputs.npz`` (one array under
-the name "", or one per input name). The worker
-writes ``result.json`` (latency samples and memory) and ``outputs.npy``; a user error is written to
-``error.json`` so the parent can raise it unchanged. One process per artifact keeps its timing free
-of what other measurements left behind and makes its peak RSS its own.
+WORKDIR holds ``spec.json`` (runtime, threads, counts, artifact) and ``inputs0.npz``, ``inputs1.npz``, ... (one per
+batch size, in the order to time them; each one array under the name "", or one per input name). The worker loads
+the artifact once, times each input set in turn and writes ``result0.json`` (latency samples and memory: the peak
+RSS by the end of that set's timing), ``outputs0.npy`` and so on; a user error is written to ``error.json`` so the
+parent can raise it unchanged. One process per artifact keeps its timing free of what other measurements left
+behind and makes its peak RSS its own; the parent sends batch sizes in ascending order, so each peak is that batch's.
 """
 from __future__ import annotations
 
@@ -56,8 +57,6 @@ def _load_artifact(spec: dict):
 
 def measure(workdir: Path) -> None:
     spec = json.loads((workdir / "spec.json").read_text())
-    with np.load(workdir / "inputs.npz", allow_pickle=False) as z:
-        x = z[""] if z.files == [""] else {k: z[k] for k in z.files}
     library = _BACKEND_LIBRARIES.get(spec["runtime"])
 
     from edgesmith.bench.measure.latency import measure_latency
@@ -74,15 +73,17 @@ def measure(workdir: Path) -> None:
     before = current_rss_bytes()
     rt.load(_load_artifact(spec["artifact"]))
     after = current_rss_bytes()
-    stats = measure_latency(rt, x, warmup=spec["warmup"], reps=spec["reps"], min_time_s=spec["min_time_s"],
-                            method=spec["method"], precision=spec.get("precision", 0.0))
-    outputs = rt.run(x).outputs
-    peak = peak_rss_bytes()
-    np.save(workdir / "outputs.npy", outputs)
-    write_json(workdir / "result.json", {
-        "latency": stats.to_dict(),
-        "memory": {"rss_before_load_bytes": before, "rss_after_load_bytes": after, "peak_rss_bytes": peak},
-    })
+    for i in range(int(spec.get("sets", 1))):
+        with np.load(workdir / f"inputs{i}.npz", allow_pickle=False) as z:
+            x = z[""] if z.files == [""] else {k: z[k] for k in z.files}
+        stats = measure_latency(rt, x, warmup=spec["warmup"], reps=spec["reps"], min_time_s=spec["min_time_s"],
+                                method=spec["method"], precision=spec.get("precision", 0.0))
+        outputs = rt.run(x).outputs
+        np.save(workdir / f"outputs{i}.npy", outputs)
+        write_json(workdir / f"result{i}.json", {
+            "latency": stats.to_dict(),
+            "memory": {"rss_before_load_bytes": before, "rss_after_load_bytes": after, "peak_rss_bytes": peak_rss_bytes()},
+        })
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,7 @@ from edgesmith.bench.decide.search import search
 from edgesmith.bench.decide.write import summary as decision_summary
 from edgesmith.bench.decide.write import write_decision
 from edgesmith.bench.measure.energy import RaplReader, energy_figure
-from edgesmith.bench.measure.latency import check_precision, measure_isolated
+from edgesmith.bench.measure.latency import check_precision, measure_isolated_sets
 from edgesmith.bench.measure.ood_monitor import ood_entry, ood_reference
 from edgesmith.bench.pipeline.plans import deploy_plan
 from edgesmith.bench.report.writers import SLOWER_MARGIN, write_report
@@ -491,7 +491,7 @@ def _latency_method(target, opts: DeployOptions) -> str:
         warm = (f"{opts.warmup} warm-up calls (at most {WARMUP_BUDGET_S:.0f} s of them, at least 2)"
                 if opts.latency_precision else f"{opts.warmup} warm-up")
         return (f"measured: {warm} + {calls}, "
-                "perf_counter around run(), one fresh process per artifact")
+                "perf_counter around run(), one fresh process per artifact, its batch sizes timed there in ascending order")
     return f"estimated with the {target.cost_model.name} cost model (no {target.name} on this machine)"
 
 
@@ -661,11 +661,15 @@ class _VariantRun:
         work = _workload(art, producer, self.kind, activity)
         row["workload"] = work.to_dict()
         measured_b1 = None
+        timed = {}
+        if self.target.latency_provenance == "measured":  # every batch size in one fresh process, ascending
+            ascending = sorted(self.batch_sizes)
+            timed = dict(zip(ascending, measure_isolated_sets(
+                rt_name, art, [timing_inputs(art, producer, b) for b in ascending], threads=self.threads,
+                warmup=opts.warmup, reps=opts.reps, runtime_options=rt_opts, precision=opts.latency_precision)))
         for b in self.batch_sizes:
-            if self.target.latency_provenance == "measured":
-                iso = measure_isolated(rt_name, art, timing_inputs(art, producer, b), threads=self.threads,
-                                       warmup=opts.warmup, reps=opts.reps, runtime_options=rt_opts,
-                                       precision=opts.latency_precision)
+            if b in timed:
+                iso = timed[b]
                 entry = {"provenance": "measured", **iso.to_dict()}
                 if b == 1:
                     measured_b1 = iso.latency.p50

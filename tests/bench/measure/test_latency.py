@@ -220,3 +220,15 @@ def test_worker_crash_reports_the_last_stderr_line(tmp_path):
 def test_isolated_rejects_bad_threads_before_starting_a_process(digits_onnx):
     with pytest.raises(EdgesmithError, match="threads"):
         measure_isolated("onnxruntime", digits_onnx, np.zeros((1, 64), np.float32), threads=0)
+
+
+def test_several_batch_sizes_are_timed_in_one_fresh_process_each_with_its_own_figures(digits_onnx):
+    from edgesmith.bench.measure.latency import measure_isolated_sets
+
+    sets = [np.zeros((1, 64), np.float32), np.zeros((64, 64), np.float32)]
+    small, large = measure_isolated_sets("onnxruntime", digits_onnx, sets, threads=1, warmup=2, reps=10)
+    assert small.outputs.shape == (1, 10) and large.outputs.shape == (64, 10)
+    assert small.latency.batch == 1 and large.latency.batch == 64
+    # one process: the same load, and peaks that only grow as batches are timed smallest first
+    assert small.memory.rss_after_load_bytes == large.memory.rss_after_load_bytes
+    assert small.memory.peak_rss_bytes <= large.memory.peak_rss_bytes
