@@ -2,7 +2,8 @@
 
     python -m edgesmith.bench.studies.goal_vs_nncf [--models digits cls vad det rec] [--rounds 5] [--out DIR] [--force]
 
-Needs the peer extra (``pip install 'edgesmith[peer]'``: OpenVINO and NNCF). For each model (the digits MLP trained
+Needs the peer extra (``pip install 'edgesmith[peer]'``: OpenVINO, NNCF and onnx-neural-compressor, Intel Neural
+Compressor's ONNX package). For each model (the digits MLP trained
 here, exported to ONNX; PP-OCR's classifier, detector and recognizer and Silero VAD as their wheels ship them, with
 data made here), one budget and one split of the evaluation data (``split_indices``, fraction 0.5, seed 0: the split
 the deploy itself draws):
@@ -13,7 +14,9 @@ the deploy itself draws):
   samples, validated on the same validation part with the same metric (accuracy, or output SQNR against fp32 capped
   at 200 dB with ``max_drop`` = 200 - the floor), its wall time and the weight layers it left in fp32. Silero VAD
   is a step graph fed a sequence with its state, which NNCF's validation loop does not feed, so NNCF is not run on
-  it (the table says so).
+  it (the table says so);
+- Intel Neural Compressor: ``onnx_neural_compressor``'s ``autotune`` over its ``StaticQuantConfig`` defaults with
+  ``tolerable_loss`` 0.01 (relative; for SQNR, the share of the capped 200 dB the floor allows), same data.
 
 Then every file is scored on the held-out part and timed at batch 1 round-robin in one process
 (``bench.measure.paired``, ``--rounds`` rounds): fp32 in onnxruntime and OpenVINO, edgesmith's choice in its runtime,
@@ -126,6 +129,50 @@ def _nncf(case: dict, path: Path, val_idx) -> dict:
     return {"wall_s": round(wall, 1), "file": path, "fp32_layers": fp32_layers}
 
 
+def _inc(case: dict, path: Path, val_idx) -> dict:
+    """Intel Neural Compressor's accuracy-aware tuning for ONNX (onnx-neural-compressor's ``autotune`` over its
+    ``StaticQuantConfig`` defaults, ``tolerable_loss`` 0.01), on the same calibration samples and validation part."""
+    import onnx
+    import onnxruntime as ort
+    from onnx_neural_compressor import data_reader
+    from onnx_neural_compressor.quantization import config, tuning
+
+    val_x = case["x"][val_idx]
+    ref_sess = ort.InferenceSession(str(case["model"]), providers=["CPUExecutionProvider"])
+    ref_val = np.concatenate([ref_sess.run(None, {case["input"]: val_x[i:i + 8]})[0] for i in range(0, len(val_x), 8)])
+
+    class Reader(data_reader.CalibrationDataReader):
+        def __init__(self):
+            self.rewind()
+
+        def get_next(self):
+            return next(self.it, None)
+
+        def rewind(self):
+            self.it = iter([{case["input"]: case["cal"][i:i + 1]} for i in range(len(case["cal"]))])
+
+    def validate(model_path):
+        sess = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
+        out = np.concatenate([sess.run(None, {case["input"]: val_x[i:i + 8]})[0] for i in range(0, len(val_x), 8)])
+        if case["metric"] == "accuracy":
+            return float(np.mean(out.argmax(-1) == case["y"][val_idx]))
+        return _sqnr(ref_val, out)
+
+    loss = 0.01 if case["metric"] == "accuracy" else (CAP_DB - SQNR_FLOOR) / CAP_DB  # INC's loss is relative
+    tune = tuning.TuningConfig(config_set=[config.StaticQuantConfig(calibration_data_reader=Reader())],
+                               tolerable_loss=loss)
+    t0 = time.perf_counter()
+    try:
+        q = tuning.autotune(str(case["model"]), tune, validate, calibration_data_reader=Reader())
+    except SystemExit:  # autotune calls exit(0) when no trial meets the budget (onnx-neural-compressor 1.0)
+        q = None
+    wall = time.perf_counter() - t0
+    if q is None:
+        return {"wall_s": round(wall, 1), "error": "no quantized model met the budget (autotune returned none)"}
+    onnx.save(q, str(path))
+    return {"wall_s": round(wall, 1), "file": path, "fp32_layers": _fp32_weight_layers(q)}
+
+
 def _fp32_weight_layers(model) -> int:
     """Conv/MatMul/Gemm nodes whose weight input is a float initializer (not fed by a DequantizeLinear)."""
     inits = {t.name for t in model.graph.initializer}
@@ -151,7 +198,7 @@ def study(name: str, work: Path, rounds: int) -> dict:
                          "validation": chosen["validation"], "restored": len(chosen["restored"]),
                          "verdict": chosen["verdict"]}}
     if "nncf" in case:  # no NNCF run: edgesmith's own figures only
-        row["nncf"] = {"error": case["nncf"]}
+        row["nncf"] = row["inc"] = {"error": case["nncf"].replace("NNCF's", "the peers'")}
         row["edgesmith"]["over_fp32"] = chosen.get("latency_over_baseline") or chosen.get("over_baseline")
         return row
     val_idx, held_idx = split_indices(len(case["x"]), 0.5, 0)
@@ -161,12 +208,20 @@ def study(name: str, work: Path, rounds: int) -> dict:
     except Exception as e:  # NNCF's own failure on this model is a result of the comparison, not a crash of it
         row["nncf"] = {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"}
         nn = None
+    try:
+        inc = _inc(case, folder / "inc.onnx", val_idx)
+    except Exception as e:  # the peer's own failure is a result of the comparison
+        inc = {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"}
+    row["inc"] = {k: v for k, v in inc.items() if k != "file"}
     meta = json.loads((out / "chosen" / "chosen.json").read_text())
     files = {("fp32", "onnxruntime"): case["model"], ("fp32", "openvino"): case["model"],
              ("edgesmith", chosen["runtime"]): out / "chosen" / meta["files"][0]}
     if nn is not None:
         files[("nncf", "onnxruntime")] = nn["file"]
         files[("nncf", "openvino")] = nn["file"]
+    if "file" in inc:
+        files[("inc", "onnxruntime")] = inc["file"]
+        files[("inc", "openvino")] = inc["file"]
     loaded = {}
     for key, path in files.items():
         try:
@@ -196,8 +251,9 @@ def markdown(result: dict) -> str:
     lines = ["# Goal-driven deploy against NNCF's accuracy control", "",
              f"{result['machine']}; {result['date']}; {result['versions']}; `{result['command']}`", "",
              "| model | budget | fp32 held out | edgesmith choice | held out | over fastest fp32 | restored | edgesmith wall (search) | "
-             "NNCF held out | NNCF over fastest fp32 | NNCF fp32 layers | NNCF wall |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "NNCF held out | NNCF over fastest fp32 | NNCF fp32 layers | NNCF wall | INC held out | INC over fastest fp32 | "
+             "INC wall |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in result["models"]:
         e, n = m["edgesmith"], m["nncf"]
         lines.append(
@@ -205,7 +261,9 @@ def markdown(result: dict) -> str:
             f"{_cell(e, 'held_out_by_runtime') if e.get('held_out_by_runtime') else e['held_out']} | "
             f"{_cell(e, 'over_best_fp32')} | {e['restored']} | {e['wall_s']} s ({e['search_s']} s) | "
             + (f"{n['error']} | - | - | - |" if "error" in n else
-               f"{_cell(n, 'held_out_by_runtime')} | {_cell(n, 'over_best_fp32')} | {n['fp32_layers']} | {n['wall_s']} s |"))
+               f"{_cell(n, 'held_out_by_runtime')} | {_cell(n, 'over_best_fp32')} | {n['fp32_layers']} | {n['wall_s']} s |")
+            + (lambda i: f" {i['error']} | - | {i.get('wall_s', '-')} s |" if "error" in i else
+               f" {_cell(i, 'held_out_by_runtime')} | {_cell(i, 'over_best_fp32')} | {i['wall_s']} s |")(m.get("inc", {})))
     lines += ["", "Held-out figures on the half of the evaluation data neither tool's search saw; latency at batch 1, "
               "every file timed round-robin in one process (measured), as a ratio to the faster of fp32 in "
               "onnxruntime and OpenVINO. edgesmith's wall time is its whole deploy (every variant built, scored and "
@@ -224,7 +282,7 @@ def main(argv=None) -> int:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        versions = ", ".join(f"{p} {version(p)}" for p in ("onnxruntime", "openvino", "nncf"))
+        versions = ", ".join(f"{p} {version(p)}" for p in ("onnxruntime", "openvino", "nncf", "onnx-neural-compressor"))
     except PackageNotFoundError as e:
         raise SystemExit(f"error: this study needs {e.name} (pip install 'edgesmith[peer]').")
     from edgesmith.hardware.host_cpu import cpu_identity
