@@ -437,6 +437,18 @@ def check_written(path) -> list[str]:
                          "report this model; the pass produced an invalid graph.")
 
 
+def _readers(graph) -> dict[str, list]:
+    """{tensor name: the nodes of ``graph`` that read it}, a node whose subgraph reads an outer name included."""
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for i in node.input:
+            readers.setdefault(i, []).append(node)
+        for sub in _subgraphs(node):
+            for i in _outer_names(sub):
+                readers.setdefault(i, []).append(node)
+    return readers
+
+
 def fold_batch_norms(model: onnx.ModelProto) -> int:
     """Fold every inference-mode ``BatchNormalization`` that alone reads a ``Conv``'s output into that Conv's weight
     and bias, in place (exact algebra, as onnxruntime does for fp32 at load): a quantizer otherwise leaves each BN in
@@ -445,13 +457,7 @@ def fold_batch_norms(model: onnx.ModelProto) -> int:
     g = model.graph
     nodes = list(g.node)  # one wrapper per node: identities below are of these
     inits = {t.name: t for t in g.initializer}
-    readers: dict[str, int] = {}
-    for node in nodes:
-        for i in node.input:
-            readers[i] = readers.get(i, 0) + 1
-        for sub in _subgraphs(node):
-            for i in _outer_names(sub):
-                readers[i] = readers.get(i, 0) + 1
+    readers = {name: len(nodes_) for name, nodes_ in _readers(g).items()}
     producer = {o: n for n in nodes for o in n.output}
     outputs = {o.name for o in g.output}
     rename, drop = {}, set()
@@ -581,13 +587,7 @@ def drop_output_quantizers(model: onnx.ModelProto, quantized_types: Iterable[str
     g = model.graph
     quantized_types = set(quantized_types)
     producer = {o: n for n in g.node for o in n.output}
-    readers: dict[str, list] = {}
-    for node in g.node:
-        for i in node.input:
-            readers.setdefault(i, []).append(node)
-        for sub in _subgraphs(node):
-            for i in _outer_names(sub):
-                readers.setdefault(i, []).append(node)
+    readers = _readers(g)
     outputs = {o.name for o in g.output}
     rename, drop = {}, set()
     for q in g.node:

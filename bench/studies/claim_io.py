@@ -17,6 +17,16 @@ def claim_command(module: str, argv: list[str] | None) -> str:
     return f"python -m {module} {shlex.join(sys.argv[1:] if argv is None else argv)}".rstrip()
 
 
+def peer_versions(packages: tuple[str, ...]) -> dict[str, str]:
+    """{package: installed version} of the benchmark peers a study runs; one line naming the extra when one is missing."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return {p: version(p) for p in packages}
+    except PackageNotFoundError as e:
+        raise SystemExit(f"error: this study needs {e.name} (pip install 'edgesmith[peer]').") from None
+
+
 def save_png(fig, path: Path, dpi: int = 110) -> None:
     """Write a matplotlib figure as a PNG, atomically, and close it."""
     import matplotlib.pyplot as plt

@@ -34,7 +34,7 @@ import numpy as np
 
 from edgesmith.bench import api
 from edgesmith.bench.measure.paired import time_paired
-from edgesmith.bench.studies.claim_io import claim_command, refuse_existing, save_png, write_claim
+from edgesmith.bench.studies.claim_io import claim_command, peer_versions, refuse_existing, save_png, write_claim
 from edgesmith.bench.studies.pretrained_fixtures import ppocr, silero_vad, text_lines, text_pages, vad_sequences
 from edgesmith.common import EdgesmithError
 from edgesmith.compress import Artifact
@@ -279,12 +279,8 @@ def main(argv=None) -> int:
     ap.add_argument("--force", action="store_true")
     args = ap.parse_args(argv)
     refuse_existing(args.out, args.force)
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        versions = ", ".join(f"{p} {version(p)}" for p in ("onnxruntime", "openvino", "nncf", "onnx-neural-compressor"))
-    except PackageNotFoundError as e:
-        raise SystemExit(f"error: this study needs {e.name} (pip install 'edgesmith[peer]').")
+    peers = peer_versions(("onnxruntime", "openvino", "nncf", "onnx-neural-compressor"))
+    versions = ", ".join(f"{p} {v}" for p, v in peers.items())
     from edgesmith.hardware.host_cpu import cpu_identity
 
     cpu = cpu_identity()

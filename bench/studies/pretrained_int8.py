@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from edgesmith.bench import api
-from edgesmith.bench.studies.claim_io import claim_command, refuse_existing, save_png, write_claim
+from edgesmith.bench.studies.claim_io import claim_command, peer_versions, refuse_existing, save_png, write_claim
 from edgesmith.bench.studies.pretrained_fixtures import ppocr, text_lines, text_pages
 from edgesmith.common import EdgesmithError
 from edgesmith.compress import Artifact
@@ -170,12 +170,7 @@ def main(argv=None) -> int:
     ap.add_argument("--force", action="store_true")
     args = ap.parse_args(argv)
     refuse_existing(args.out, args.force)
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        versions = {p: version(p) for p in ("onnxruntime", "openvino", "nncf")}
-    except PackageNotFoundError as e:
-        raise SystemExit(f"error: this study needs {e.name} (pip install 'edgesmith[peer]').")
+    versions = peer_versions(("onnxruntime", "openvino", "nncf"))
     from edgesmith.hardware.host_cpu import cpu_identity
 
     cpu = cpu_identity()
