@@ -1,10 +1,12 @@
 """int8 on real pretrained models: edgesmith's int8 beside onnxruntime's ``quantize_static`` and NNCF, each file run
 in onnxruntime and in OpenVINO, paired in one run.
 
-    python -m edgesmith.bench.studies.pretrained_int8 [--models cls det rec] [--rounds 5] [--out DIR] [--force]
+    python -m edgesmith.bench.studies.pretrained_int8 [--models cls det rec resnet18 mobilenetv2] [--rounds 5]
+        [--out DIR] [--force]
 
 Needs the peer extra (``pip install 'edgesmith[peer]'``: OpenVINO and NNCF). For PP-OCR's classifier, detector and
-recognizer (``pretrained_fixtures``, as rapidocr-onnxruntime ships them) and the data made here, five files, all
+recognizer (``pretrained_fixtures``, as rapidocr-onnxruntime ships them) and the data made here, and for ResNet-18 and
+MobileNetV2 at 224 x 224 (transformers' architectures with seeded random weights, exported here), five files, all
 calibrated on the same samples: fp32; edgesmith's int8 as ``deploy`` builds it for onnxruntime (``edgesmith quantize
 --pass int8-qdq``, its default weight-layer operator set) and as it builds it for OpenVINO (``--option
 output_quantizers=false``, the variant ``int8-openvino`` of ``deploy --runtime openvino``); onnxruntime's
@@ -37,7 +39,45 @@ FORMS = ("fp32", "edgesmith int8 (onnxruntime form)", "edgesmith int8 (OpenVINO 
 RUNTIMES = ("onnxruntime", "openvino")
 
 
+# standard ImageNet-size architectures from transformers, with seeded random weights (no pretrained weights are
+# downloaded): timed like the pretrained files, scored by output SQNR against fp32 only
+ARCHITECTURES = {
+    "resnet18": "T.ResNetForImageClassification(T.ResNetConfig(embedding_size=64, hidden_sizes=[64, 128, 256, 512], "
+                "depths=[2, 2, 2, 2], layer_type='basic'))",
+    "mobilenetv2": "T.MobileNetV2ForImageClassification(T.MobileNetV2Config())",
+}
+FACTORY = """import torch
+import transformers as T
+
+
+class Logits(torch.nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, x):
+        return self.m(x).logits
+
+
+def make():
+    torch.manual_seed(0)
+    return Logits({expr}).eval()
+"""
+
+
+def _model_file(name: str, work: Path) -> Path:
+    """The ONNX file of a fixture (as its wheel ships it) or of an architecture (exported here from its factory)."""
+    if name not in ARCHITECTURES:
+        return ppocr(name)
+    factory = work / f"{name}_factory.py"
+    factory.write_text(FACTORY.format(expr=ARCHITECTURES[name]))
+    return api.export(f"{factory}:make", out=work / f"{name}.onnx", input_shapes={"": [3, 224, 224]}, force=True)
+
+
 def _data(name: str):
+    if name in ARCHITECTURES:  # photographs are not shipped: rendered pages, cropped to 224 x 224
+        x = text_pages(24, seed=0, size=224)
+        return x[:8], x[8:], None
     if name == "cls":
         x, y = text_lines(96, seed=0)
         return x[:32], x[32:], y[32:]
@@ -79,7 +119,7 @@ def _score(out: np.ndarray, ref: np.ndarray, labels) -> float:
 def study(name: str, work: Path, rounds: int) -> dict:
     import onnx
 
-    model = ppocr(name)
+    model = _model_file(name, work)
     input_name = onnx.load(str(model), load_external_data=False).graph.input[0].name
     cal, ev, labels = _data(name)
     files, quantize_s = {"fp32": model}, {"fp32": 0.0}
@@ -152,7 +192,8 @@ def markdown(result: dict) -> str:
         for form in FORMS:
             r = m["rows"][form]
             best = r.get("best", {})
-            lines.append(f"| {m['model']} | {form} | {m['metric']} | {_cell(r['onnxruntime'])} | {_cell(r['openvino'])} "
+            label = f"{m['model']} (random weights)" if m["model"] in ARCHITECTURES else m["model"]
+            lines.append(f"| {label} | {form} | {m['metric']} | {_cell(r['onnxruntime'])} | {_cell(r['openvino'])} "
                          f"| {best.get('over_best_fp32', float('nan')):.2f}x ({best.get('runtime', '-')}) "
                          f"| {r['size_kib']:.0f} KiB | {r['quantize_s']:.1f} s |")
     lines += ["", "Each runtime cell: score in that runtime, batch-1 p50 over the fp32 file's in the same runtime (median "
@@ -164,7 +205,8 @@ def markdown(result: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=["cls", "det", "rec"], choices=["cls", "det", "rec"])
+    names = ["cls", "det", "rec", *ARCHITECTURES]
+    ap.add_argument("--models", nargs="+", default=names, choices=names)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--out", type=Path, default=Path("docs/results/pretrained-int8"))
     ap.add_argument("--force", action="store_true")
