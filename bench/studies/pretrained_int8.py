@@ -29,6 +29,7 @@ import numpy as np
 from edgesmith.bench import api
 from edgesmith.bench.studies.claim_io import claim_command, peer_versions, refuse_existing, save_png, write_claim
 from edgesmith.bench.studies.pretrained_fixtures import ppocr, text_lines, text_pages
+from edgesmith.bench.studies.shapes_architectures import factory_text
 from edgesmith.common import EdgesmithError
 from edgesmith.compress import Artifact
 from edgesmith.runtimes import get_runtime
@@ -46,23 +47,6 @@ ARCHITECTURES = {
                 "depths=[2, 2, 2, 2], layer_type='basic'))",
     "mobilenetv2": "T.MobileNetV2ForImageClassification(T.MobileNetV2Config())",
 }
-FACTORY = """import torch
-import transformers as T
-
-
-class Logits(torch.nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, x):
-        return self.m(x).logits
-
-
-def make():
-    torch.manual_seed(0)
-    return Logits({expr}).eval()
-"""
 
 
 def _model_file(name: str, work: Path) -> Path:
@@ -70,12 +54,12 @@ def _model_file(name: str, work: Path) -> Path:
     if name not in ARCHITECTURES:
         return ppocr(name)
     factory = work / f"{name}_factory.py"
-    factory.write_text(FACTORY.format(expr=ARCHITECTURES[name]))
+    factory.write_text(factory_text(f"Out({ARCHITECTURES[name]})"))  # the logits, as the shapes study exports them
     return api.export(f"{factory}:make", out=work / f"{name}.onnx", input_shapes={"": [3, 224, 224]}, force=True)
 
 
 def _data(name: str):
-    if name in ARCHITECTURES:  # photographs are not shipped: rendered pages, cropped to 224 x 224
+    if name in ARCHITECTURES:  # photographs are not shipped: pages rendered at 224 x 224
         x = text_pages(24, seed=0, size=224)
         return x[:8], x[8:], None
     if name == "cls":
