@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from edgesmith.bench.decide.choose import Candidate, candidates, closest_miss, judge, pick
+from edgesmith.bench.decide.choose import candidates, closest_miss, judge, pick, within_budget
 from edgesmith.bench.decide.goal import Goal
 from edgesmith.bench.decide.restore import restore
 from edgesmith.bench.measure.paired import time_paired
@@ -37,8 +37,6 @@ def search(goal: Goal, session, say=lambda m: None) -> dict:
     searched = []
 
     def ok(value: float) -> bool:
-        from edgesmith.bench.decide.choose import within_budget
-
         return within_budget(goal, hib, ref_val, value)
 
     if goal.restore:
