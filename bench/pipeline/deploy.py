@@ -288,6 +288,8 @@ def deploy(opts: DeployOptions) -> Path:
         seed=opts.seed, trust_model_file=opts.trust_model_file), seed=opts.seed)
     kind = get_kind(producer.kind)
     kind.check_producer(producer)
+    if opts.goal is not None:  # a budget this model's metric cannot read is refused before anything is built
+        _check_goal_metric(opts.goal, producer)
     # what the user gave to train on travels in the deploy's own state, not on the model: it decides (before any
     # plan) whether QAT variants are offered, and is what their passes fine-tune on
     user_training = None if opts.train_data is None else load_training_data(producer, opts.train_data)
@@ -315,7 +317,6 @@ def deploy(opts: DeployOptions) -> Path:
     goal = opts.goal
     ref_split = None
     if goal is not None:
-        _check_goal_metric(goal, producer)
         ref_split = producer.evaluate_split(predictor(ref_rt, ref_art), goal.validation_fraction, opts.seed)
     ref_eval = ref_split.all if ref_split is not None else producer.evaluate(predictor(ref_rt, ref_art))
     probe = producer.example_inputs(getattr(producer, "fixed_batch", None) or kind.probe_samples)
