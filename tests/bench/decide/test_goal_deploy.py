@@ -138,15 +138,19 @@ def test_a_recipe_s_goal_table_and_flags_make_one_goal(tmp_path):
     assert deploy_options(build_parser().parse_args(["deploy", "digits-mlp", "--target", "host-cpu"]), {}).goal is None
 
 
-def test_a_sweep_varies_the_goal_per_cell(capsys, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # a sweep's out is relative to the folder it runs in
+def test_a_sweep_varies_the_goal_per_cell(tmp_path):
+    # each cell's deploy options are the ones run_cell deploys with: the goal of its own grid values
+    import argparse
+
+    from edgesmith.bench.recipe import deploy_options
+    from edgesmith.bench.sweep import load_sweep
+
     (tmp_path / "r.toml").write_text(
-        'model = "digits-mlp"\ntarget = "host-cpu"\n[bench]\nreps = 5\nwarmup = 1\nbatch_sizes = [1]\n'
-        '[goal]\nobjective = "size"\n[grid]\n"goal.max_drop" = ["1%", 0.05]\n[sweep]\nout = "out"\n')
-    code, _, err = run_cli(capsys, "sweep", tmp_path / "r.toml", "--workers", "1")
-    assert code == 0, err
-    goals = sorted((d["goal"]["max_drop"], d["goal"]["relative"], d["goal"]["objective"])
-                   for d in (json.loads(p.read_text()) for p in (tmp_path / "out").rglob("decision.json")))
+        'model = "digits-mlp"\ntarget = "host-cpu"\n[goal]\nobjective = "size"\n'
+        '[grid]\n"goal.max_drop" = ["1%", 0.05]\n')
+    _, cells = load_sweep(tmp_path / "r.toml")
+    goals = sorted((g.max_drop, g.relative, g.objective) for g in (
+        deploy_options(argparse.Namespace(quiet=True), c.spec, {"out": "unused"}).goal for c in cells))
     assert goals == [(0.01, True, "size"), (0.05, False, "size")]
 
 
