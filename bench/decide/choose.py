@@ -14,8 +14,6 @@ from dataclasses import asdict, dataclass, field
 
 from edgesmith.bench.decide.goal import Goal
 
-COST_UNITS = {"latency": "s", "energy": "J/sample", "size": "bytes", "memory": "bytes"}
-
 
 @dataclass
 class Candidate:

@@ -71,8 +71,6 @@ def plot(decision: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from edgesmith.bench.studies.claim_io import save_png
-
     words, scale, unit = COST_WORDS[decision["goal"]["objective"]]
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for c in decision["candidates"]:
@@ -96,7 +94,8 @@ def plot(decision: dict, path: Path) -> None:
     ax.set_title("candidates: green star chosen, blue within budget, red rejected", fontsize=8)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    save_png(fig, path)
+    fig.savefig(path, dpi=110)  # into the deploy's temporary folder, renamed into place with the report
+    plt.close(fig)
 
 
 def write_decision(decision: dict, folder: Path, artifacts: dict, passes: dict) -> None:

@@ -388,7 +388,7 @@ def deploy(opts: DeployOptions) -> Path:
             session = _GoalSession(run, goal, ref_art, ctx_common, tmp / "artifacts", results, variants, plan.variants,
                                    plan.variants[0].name, ref_split, ref_eval, built, plan_options)
             decision = search(goal, session, say)
-            session.drop_probes(decision)
+            session.drop_probes()
         report = {
             "model": opts.model,
             "kind": kind.describe() | {"options": dataclasses.asdict(kind.options(opts.plan.options))},
@@ -596,7 +596,7 @@ class _GoalSession:
         x = timing_inputs(art, self.run.producer, self.goal.batch)
         return lambda: rt.run(x)
 
-    def drop_probes(self, decision: dict) -> None:
+    def drop_probes(self) -> None:
         """Remove what the search built and did not keep: scored rebuilds and the calibration ranges kept for them."""
         kept = {v["name"] for v in self.variants}
         for name in [n for n in self._arts if n not in kept]:
