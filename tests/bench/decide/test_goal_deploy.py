@@ -85,16 +85,21 @@ def _outlier_mlp(path: Path) -> None:
     np.save(path.parent / "ev.npy", rng.standard_normal((64, 32)).astype(np.float32))
 
 
-def test_int8_that_misses_a_fidelity_floor_gets_its_most_harmful_layers_restored(capsys, tmp_path):
+def _outlier_floor_deploy(capsys, tmp_path: Path, variant: str, floor: float, out: Path) -> dict:
+    """Deploy the outlier MLP as fp32 and ``variant`` under an output-SQNR floor, by size; its decision."""
     _outlier_mlp(tmp_path / "mlp.onnx")
-    out = tmp_path / "r"
+    code, _, err = run_cli(capsys, "deploy", tmp_path / "mlp.onnx", "--target", "host-cpu", "--calibration-data",
+                           tmp_path / "cal.npy", "--eval-data", tmp_path / "ev.npy", "--min-sqnr", str(floor),
+                           "--objective", "size", "--variant", "fp32", "--variant", variant, "--out", out, *FAST)
+    assert code == 0, err
+    return _decision(out)
+
+
+def test_int8_that_misses_a_fidelity_floor_gets_its_most_harmful_layers_restored(capsys, tmp_path):
     # by size int8 can beat fp32, so the search runs (by latency it would stop at once: restoring layers cannot
     # make an int8 slower than fp32 any faster)
-    code, _, err = run_cli(capsys, "deploy", tmp_path / "mlp.onnx", "--target", "host-cpu", "--calibration-data",
-                           tmp_path / "cal.npy", "--eval-data", tmp_path / "ev.npy", "--min-sqnr", "25", "--objective",
-                           "size", "--variant", "fp32", "--variant", "int8", "--out", out, *FAST)
-    assert code == 0, err
-    d = _decision(out)
+    out = tmp_path / "r"
+    d = _outlier_floor_deploy(capsys, tmp_path, "int8", 25, out)
     int8 = next(c for c in d["candidates"] if c["variant"] == "int8")
     assert int8["validation"] < 25 and int8["verdict"].startswith("rejected: misses the budget")
     search = next(s for s in d["restore_search"] if s["variant"] == "int8")
@@ -174,13 +179,7 @@ def test_allow_qat_trains_only_when_no_post_training_candidate_meets_the_budget(
 
 def test_int4_that_misses_a_floor_gets_layers_restored_too(capsys, tmp_path):
     # int4 ranks its layers like int8 (noise added across each), so the same search restores them
-    _outlier_mlp(tmp_path / "mlp.onnx")
-    out = tmp_path / "r"
-    code, _, err = run_cli(capsys, "deploy", tmp_path / "mlp.onnx", "--target", "host-cpu", "--calibration-data",
-                           tmp_path / "cal.npy", "--eval-data", tmp_path / "ev.npy", "--min-sqnr", "15", "--objective",
-                           "size", "--variant", "fp32", "--variant", "int4", "--out", out, *FAST)
-    assert code == 0, err
-    d = _decision(out)
+    d = _outlier_floor_deploy(capsys, tmp_path, "int4", 15, tmp_path / "r")
     search = next(s for s in d["restore_search"] if s["variant"] == "int4")
     k = len(search["layers"])
     assert 1 <= k < 5 and search["result"] == f"int4-restored{k}"
