@@ -9,9 +9,10 @@ The module must call ``models.papers.distributed.comm.run_worker(fn)`` under ``i
 
 A worker that raises a Python exception fails the launch at once, naming the exception. A worker that
 dies without one (a signal, or a gloo connection dropped at start-up or teardown on a loaded machine)
-gets the whole launch run once more, and ``LaunchResult.restarts`` says that it happened; a second
-such death is an error naming torchrun's root cause (exit code, signal). Either way torchrun's full
-stderr is kept in a log file the message names.
+gets the whole launch run once more, also when the only exceptions are its peers' gloo transport errors
+(a peer still connecting when it died raises "Connection closed by peer" before torchrun stops it),
+and ``LaunchResult.restarts`` says that it happened; a second such death is an error naming torchrun's
+root cause (exit code, signal). Either way torchrun's full stderr is kept in a log file the message names.
 """
 from __future__ import annotations
 
@@ -90,8 +91,8 @@ def launch(module: str, config: dict, nproc: int, *, timeout_s: float = 300.0, b
             returncode, err = _run(cmd, env, root, timeout_s, module, nproc)
             if returncode == 0 and result_file.exists():
                 break
-            if _python_error(err) is None and attempt < MAX_RESTARTS:
-                continue  # died without an exception: once more, counted in restarts
+            if _lost_without_exception(err) and attempt < MAX_RESTARTS:
+                continue  # died without an exception of its own: once more, counted in restarts
             log = _keep_log(module, err)
             raise EdgesmithError(f"torchrun {module} with {nproc} processes ({backend}) failed with exit code "
                                  f"{returncode}: {_last_error(err)} (torchrun's full output: {log})",
@@ -129,16 +130,33 @@ def _keep_log(module: str, stderr: str) -> Path:
     return path
 
 
-def _python_error(stderr: str) -> str | None:
-    """The exception a worker raised, from a failed run's stderr; None when no worker raised one."""
+# what a surviving worker raises when its peer vanished: a consequence of the loss, not a cause
+_PEER_LOST = re.compile(r"Connection (closed|reset) by peer|connectFullMesh failed|Broken pipe|"
+                        r"(Socket|Connection) timed? ?out", re.I)
+
+
+def _raised(stderr: str) -> list[str]:
     lines = [ln.strip() for ln in (stderr or "").splitlines() if ln.strip()]
     raised = re.compile(r"^(\[rank\d+\]:\s*)?[A-Za-z_][\w.]*(Error|Exception|Interrupt)(:|$)")
     # torchrun's own ChildFailedError only says that a worker failed; the worker's exception says why
-    own = [ln for ln in lines if raised.match(ln) and "ChildFailedError" not in ln]
-    ranked = [ln for ln in own if ln.startswith("[rank")]
-    if ranked or own:
-        return (ranked or own)[0 if ranked else -1][:400]
+    return [ln for ln in lines if raised.match(ln) and "ChildFailedError" not in ln]
+
+
+def _python_error(stderr: str) -> str | None:
+    """The exception a worker raised, from a failed run's stderr; None when no worker raised one.
+
+    A worker's own exception is named before a peer's report that its connection dropped."""
+    own = _raised(stderr)
+    for pool in ([ln for ln in own if not _PEER_LOST.search(ln)], own):
+        ranked = [ln for ln in pool if ln.startswith("[rank")]
+        if ranked or pool:
+            return (ranked or pool)[0 if ranked else -1][:400]
     return None
+
+
+def _lost_without_exception(stderr: str) -> bool:
+    """True when no worker raised an exception of its own (at most peers' dropped-connection errors)."""
+    return all(_PEER_LOST.search(ln) for ln in _raised(stderr))
 
 
 def _last_error(stderr: str) -> str:

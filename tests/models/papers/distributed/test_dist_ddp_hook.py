@@ -64,3 +64,17 @@ def test_bad_process_count_and_backend_are_rejected_before_starting():
         launch("edgesmith.models.papers.distributed.selftest", {}, nproc=0)
     with pytest.raises(EdgesmithError, match="backend"):
         launch("edgesmith.models.papers.distributed.selftest", {}, nproc=1, backend="mpi")
+
+
+def test_a_peers_dropped_connection_error_counts_as_a_lost_worker_not_as_its_own_exception():
+    # seen in CI: rank 1 vanished while rank 0 was still connecting, and rank 0 raised gloo's error before
+    # torchrun stopped it; retrying is right, and a worker's own exception still wins over such a line
+    from edgesmith.models.papers.distributed.launch import _lost_without_exception, _python_error
+
+    peer = ("[rank0]: RuntimeError: Gloo connectFullMesh failed with [../pair.cc:553] Connection closed by peer "
+            "[127.0.0.1]:28046\nexitcode  : 3 (pid: 12)\n")
+    assert _lost_without_exception(peer)
+    assert _lost_without_exception("exitcode  : -9 (pid: 12)\n")
+    own = peer + "[rank1]: ValueError: topk -1 is outside (0, 1]\n"
+    assert not _lost_without_exception(own)
+    assert _python_error(own).startswith("[rank1]: ValueError")
