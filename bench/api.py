@@ -509,13 +509,14 @@ def onnx_artifact(path: Path):
 
 
 def denoise(inp: str | os.PathLike, out: str | os.PathLike, *, variant: str = "dense", runtime: str | None = None,
-            downmix: bool = False, model: str | None = None, force: bool = False, seed: int = 0,
+            downmix: bool = False, normalize: bool = False, model: str | None = None, force: bool = False, seed: int = 0,
             model_options: dict | None = None, progress: bool = False) -> list[dict]:
-    """Enhance a WAV file or a folder of them (``bench/apps/denoise.py``); returns one record per file written."""
+    """Enhance a WAV file or a folder of them (``bench/apps/denoise.py``); returns one record per file written.
+    The speech keeps the level it had in the input (``normalize``: the peak is raised to just under full scale)."""
     from edgesmith.bench.apps.denoise import denoise as _denoise
 
     inp, out = _out(inp, "inp"), _out(out)
-    return _denoise(inp, out, model=model, variant=variant, runtime=runtime, downmix=downmix, force=force,
+    return _denoise(inp, out, model=model, variant=variant, runtime=runtime, downmix=downmix, normalize=normalize, force=force,
                     seed=check_seed(seed), model_options=_table(model_options, "model_options"), progress=progress)
 
 

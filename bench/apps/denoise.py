@@ -1,7 +1,8 @@
 """``edgesmith denoise IN --out OUT``: WAV in, WAV out, through an audio producer's model (the S5 denoiser).
 
 IN is a WAV file or a folder of them. Every channel of every file is resampled to the model's rate
-(polyphase filter), enhanced as one clip of any length, resampled back and written with the input's rate,
+(polyphase filter), enhanced in cross-faded 4-second segments (any length), resampled back, put at the level
+its speech had in the input (``--normalize``: peak just under full scale) and written with the input's rate,
 channel count, length and sample format (16/32-bit integer or float PCM). ``variant`` picks the model the
 host-cpu plan builds: ``dense`` (the float model), ``sparse`` (90% pruned, float) or ``fixed`` (pruned,
 quantization-aware fine-tuned, w8a16 fixed point); ``runtime`` where it runs (``RUNTIMES``). The
@@ -136,7 +137,9 @@ def _write_wav(path: Path, rate: int, data: np.ndarray, bits: int | None) -> Non
     wavfile.write(str(path), rate, data[:, 0] if data.shape[1] == 1 else data)
 
 
-SEGMENT_S, OVERLAP_S = 30.0, 0.5  # a long file is enhanced 30 s at a time, cross-faded over 0.5 s
+# a long file is enhanced 4 s at a time, cross-faded over 0.5 s: the model is trained on 2-second clips, and on a
+# 60-second recording a state that runs on loses 0.7 dB (pink noise, 5 dB; bench/studies/denoise_real.py)
+SEGMENT_S, OVERLAP_S = 4.0, 0.5
 
 
 def _in_segments(piece, x: np.ndarray, seg: int, overlap: int) -> np.ndarray:
@@ -161,17 +164,45 @@ def _in_segments(piece, x: np.ndarray, seg: int, overlap: int) -> np.ndarray:
         start = stop - overlap
 
 
-def denoise_file(producer, mask_fn, src: Path, dst: Path, force: bool = False, downmix: bool = False) -> dict:
-    """One WAV file: every channel enhanced (or their mean, with ``downmix``); the record has the file's shape
-    and its real-time factors."""
+def speech_level(y: np.ndarray, x: np.ndarray) -> float:
+    """The gain that puts the enhanced ``y`` at the level its speech had in the input ``x``: the least-squares
+    fit of ``x`` by ``g y`` (noise uncorrelated with the speech drops out of <y, x>), never above the gain that
+    would make ``y`` as loud as the noisy input (the model is trained on a scale-invariant loss, so its own
+    output level means nothing)."""
+    yy = float(np.dot(y, y))
+    if yy <= 0.0:
+        return 1.0
+    return float(np.clip(np.dot(y, x) / yy, 0.0, np.sqrt(float(np.dot(x, x)) / yy)))
+
+
+def enhance(producer, mask_fn, x: np.ndarray, rate: int, segment_s: float = SEGMENT_S) -> np.ndarray:
+    """One channel at ``rate`` -> enhanced, same length and rate, at its speech's level in the input, in cross-faded
+    segments of ``segment_s`` (the model's state starts afresh in each)."""
+    from edgesmith.models.lrnn.audio import resample
+
+    model_rate = type(producer).audio_rate
+
+    def piece(part: np.ndarray) -> np.ndarray:
+        y = producer.enhance_waveform(mask_fn, resample(part, rate, model_rate).astype(np.float32))
+        back = resample(np.asarray(y, np.float64), model_rate, rate)
+        back = np.pad(back, (0, max(0, len(part) - len(back))))[: len(part)]
+        return back * speech_level(back, part)  # per segment, so a level change in a long file is followed
+
+    return _in_segments(piece, np.asarray(x, np.float64), int(segment_s * rate), int(OVERLAP_S * rate))
+
+
+def denoise_file(producer, mask_fn, src: Path, dst: Path, force: bool = False, downmix: bool = False,
+                 normalize: bool = False) -> dict:
+    """One WAV file: every channel enhanced (or their mean, with ``downmix``) at its speech's level in the input
+    (``normalize``: the file's peak raised to just under full scale instead); the record has the file's shape,
+    its level change and its real-time factors."""
     import time
 
-    from edgesmith.models.lrnn.audio import read_pcm, resample
+    from edgesmith.models.lrnn.audio import read_pcm
 
     rate, x, dtype = read_pcm(src)
     if downmix:
         x = x.mean(axis=1, keepdims=True)
-    model_rate = type(producer).audio_rate
     out = np.zeros_like(x)
     model_s = [0.0]
 
@@ -181,36 +212,33 @@ def denoise_file(producer, mask_fn, src: Path, dst: Path, force: bool = False, d
         model_s[0] += time.perf_counter() - t0
         return m
 
-    def piece(part: np.ndarray) -> np.ndarray:
-        y = producer.enhance_waveform(timed, resample(part, rate, model_rate).astype(np.float32))
-        back = resample(np.asarray(y, np.float64), model_rate, rate)
-        return np.pad(back, (0, max(0, len(part) - len(back))))[: len(part)]
-
     t0 = time.perf_counter()
     for c in range(x.shape[1]):
-        out[:, c] = _in_segments(piece, x[:, c], int(SEGMENT_S * rate), int(OVERLAP_S * rate))
+        out[:, c] = enhance(producer, timed, x[:, c], rate)
     total_s = time.perf_counter() - t0
     audio_s = len(x) / rate * x.shape[1]
-    # the model is trained on a scale-invariant loss, so its mask may raise the level: rather than clip, the
-    # whole file (all channels alike, keeping their balance) is scaled down to just under full scale
+    # never clipped: the whole file (all channels alike, keeping their balance) is scaled under full scale
     peak = float(np.abs(out).max()) if out.size else 0.0
-    gain = FULL_SCALE / peak if peak > FULL_SCALE else 1.0
+    gain = FULL_SCALE / peak if peak > FULL_SCALE or (normalize and peak > 0) else 1.0
+    level_db = 10 * np.log10((float(np.mean((out * gain) ** 2)) + 1e-20) / (float(np.mean(x ** 2)) + 1e-20))
     data = _to_dtype(out * gain, dtype)
     with atomic_path(dst, force=force) as tmp:
         _write_wav(tmp, rate, data, pcm_bits(src) if dtype == np.int32 else None)
     return {"in": str(src), "out": str(dst), "rate": rate, "channels": int(x.shape[1]), "samples": int(len(x)),
-            "resampled": rate != model_rate, "gain_db": 20 * np.log10(gain), "audio_s": audio_s, "model_s": model_s[0], "total_s": total_s,
+            "resampled": rate != type(producer).audio_rate, "gain_db": 20 * np.log10(gain), "level_db": level_db, "audio_s": audio_s, "model_s": model_s[0], "total_s": total_s,
             "rtf_model": model_s[0] / audio_s if audio_s else None, "rtf": total_s / audio_s if audio_s else None}
 
 
 def denoise(inp, out, *, model: str | None = None, variant: str = "dense", runtime: str | None = None,
-            downmix: bool = False, force: bool = False, seed: int = 0, model_options: dict | None = None, progress: bool = True) -> list[dict]:
+            downmix: bool = False, normalize: bool = False, force: bool = False, seed: int = 0, model_options: dict | None = None, progress: bool = True) -> list[dict]:
     """Denoise a WAV file or a folder of them into ``out`` (a file, or a folder for a folder)."""
     runtime = check_choice(variant, runtime)
 
+    from edgesmith.models.lrnn.audio import wav_files
+
     inp, out = Path(inp), Path(out)
     if inp.is_dir():
-        files = sorted(f for f in inp.iterdir() if f.suffix.lower() == ".wav" and f.is_file())  # B.WAV too
+        files = wav_files(inp)
         if not files:
             raise EdgesmithError(f"{inp} holds no .wav files.", "pass a WAV file or a folder of WAV files.")
         targets = [out / f.name for f in files]
@@ -233,7 +261,7 @@ def denoise(inp, out, *, model: str | None = None, variant: str = "dense", runti
             out.mkdir(parents=True, exist_ok=True)
         done = []
         for f, t in tqdm(list(zip(files, targets)), desc="denoise", unit="file", disable=not progress or len(files) < 2):
-            done.append({**denoise_file(producer, mask_fn, f, t, force=force, downmix=downmix), "variant": variant, "runtime": runtime})
+            done.append({**denoise_file(producer, mask_fn, f, t, force=force, downmix=downmix, normalize=normalize), "variant": variant, "runtime": runtime})
     return done
 
 
@@ -249,6 +277,8 @@ def _add_arguments(p) -> None:
                         "frame); fixed: lrnn-ref (default, Numba) or lava (Lava's Loihi 2 simulator, slow)")
     p.add_argument("--downmix", action="store_true", help="average the channels and write mono (default: each "
                    "channel denoised on its own)")
+    p.add_argument("--normalize", action="store_true", help="raise the output's peak to just under full scale "
+                   "(default: the speech keeps the level it had in the input)")
     p.add_argument("--model", help="the audio producer (default: the only one registered)")
     p.add_argument("--model-option", dest="model_option", action="append", metavar="KEY=VALUE")
     p.add_argument("--seed", type=int, default=0)
@@ -261,12 +291,13 @@ def _run(args) -> int:
     from edgesmith.bench.cli import parse_key_values
 
     done = api.denoise(args.input, args.out, model=args.model, variant=args.variant, runtime=args.runtime,
-                       downmix=args.downmix, force=args.force, seed=args.seed,
+                       downmix=args.downmix, normalize=args.normalize, force=args.force, seed=args.seed,
                        model_options=parse_key_values(args.model_option, "--model-option"), progress=not args.quiet)
     for d in done:
         print(f"wrote {d['out']} ({d['channels']} channel(s), {d['samples']} samples at {d['rate']} Hz"
               + (", resampled for the model and back" if d["resampled"] else "")
-              + (f", scaled {d['gain_db']:.1f} dB to stay under full scale" if d["gain_db"] < 0 else "")
+              + f", {d['level_db']:+.1f} dB vs the input"
+              + (f" (scaled {d['gain_db']:.1f} dB to stay under full scale)" if d["gain_db"] < 0 else "")
               + f"; {d['variant']} in {d['runtime']}, real-time factor {d['rtf']:.3f}, model alone {d['rtf_model']:.3f})")
     return 0
 

@@ -76,28 +76,34 @@ def _pad(clips: list[np.ndarray], n: int) -> np.ndarray:
     return np.stack([np.pad(c, (0, n - len(c))) for c in clips]).astype(np.float32)
 
 
+def wav_files(folder: Path) -> list[Path]:
+    """The folder's WAV files, whatever the case of their extension (B.WAV too), by name."""
+    return sorted(f for f in Path(folder).iterdir() if f.suffix.lower() == ".wav" and f.is_file())
+
+
 def is_wav_folder(path) -> bool:
     p = Path(path)
-    return p.is_dir() and (any(p.glob("*.wav")) or (p / "noisy").is_dir())
+    return p.is_dir() and (bool(wav_files(p)) or (p / "noisy").is_dir())
 
 
 def load_wav_folder(folder, what: str = "evaluation data") -> tuple[Split, bool, list[str]]:
     """(split, has_clean, notes): the folder's clips; without a clean/ folder ``clean`` repeats ``noisy``."""
     folder = Path(folder)
     noisy_dir = folder / "noisy" if (folder / "noisy").is_dir() else folder
-    files = sorted(noisy_dir.glob("*.wav"))
+    files = wav_files(noisy_dir)
     if not files:
         raise EdgesmithError(f"{what}: {folder} holds no .wav files.",
                              "put WAV files in it, or noisy/ and clean/ folders of WAV files with the same names.")
     clean_dir = folder / "clean"
     has_clean = clean_dir.is_dir()
+    clean_files = {f.name.lower(): f for f in wav_files(clean_dir)} if has_clean else {}
     notes: list[str] = []
     noisy, clean = [], []
     for f in files:
         x, n = read_wav(f)
         noisy.append(x), notes.extend(n)
         if has_clean:
-            c_path = clean_dir / f.name
+            c_path = clean_files.get(f.name.lower(), clean_dir / f.name)  # x.WAV pairs with x.wav
             if not c_path.exists():
                 raise EdgesmithError(f"{what}: {f.name} has no clean reference {c_path}.",
                                      "give every noisy file a clean file of the same name.")

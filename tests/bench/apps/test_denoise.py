@@ -106,7 +106,7 @@ def test_the_fixed_network_in_lava_writes_the_lrnn_ref_audio(noisy, tmp_path):
     np.testing.assert_array_equal(wavfile.read(tmp_path / "lava.wav")[1], wavfile.read(tmp_path / "ref.wav")[1])
 
 
-def test_a_mask_that_raises_the_level_is_scaled_under_full_scale_not_clipped(tmp_path):
+def test_a_mask_that_raises_the_level_gives_back_the_inputs_level_and_normalize_asks_for_full_scale(tmp_path):
     # the denoiser's loss is scale-invariant, so nothing stops its mask from doubling a loud file's level
     from edgesmith.bench.apps.denoise import denoise_file
 
@@ -116,6 +116,20 @@ def test_a_mask_that_raises_the_level_is_scaled_under_full_scale_not_clipped(tmp
     wavfile.write(tmp_path / "loud.wav", 16000, (np.stack([x, 0.5 * x], 1) * 32767).astype(np.int16))
     rec = denoise_file(p, lambda f: np.ones_like(f), tmp_path / "loud.wav", tmp_path / "out.wav")  # gain 2 everywhere
     _, y = wavfile.read(tmp_path / "out.wav")
+    assert abs(rec["level_db"]) < 0.1 and rec["gain_db"] == 0.0  # the speech's level, not twice it
     assert np.abs(y.astype(np.int64)).max() < 32767  # no sample pinned at full scale
-    assert rec["gain_db"] < -5.0  # about 0.999 / 1.8
     assert np.corrcoef(y[:, 0], y[:, 1])[0, 1] > 0.999 and abs(np.abs(y[:, 1]).max() / np.abs(y[:, 0]).max() - 0.5) < 0.01
+    quiet = tmp_path / "quiet.wav"
+    wavfile.write(quiet, 16000, (x * 0.1 * 32767).astype(np.int16))
+    rec = denoise_file(p, lambda f: np.zeros_like(f), quiet, tmp_path / "norm.wav", normalize=True)
+    assert rec["gain_db"] > 15 and 32000 < np.abs(wavfile.read(tmp_path / "norm.wav")[1].astype(np.int64)).max() < 32767
+
+
+def test_speech_level_fits_the_speech_in_the_input_not_the_noise():
+    from edgesmith.bench.apps.denoise import speech_level
+
+    rng = np.random.default_rng(0)
+    s, n = rng.normal(size=16000), rng.normal(size=16000)
+    assert abs(speech_level(3 * s, s + n) - 1 / 3) < 0.02  # the enhanced speech, 3x too loud, comes back to s
+    assert speech_level(np.zeros(10), np.ones(10)) == 1.0
+    assert speech_level(100 * n, s) <= np.sqrt(np.dot(s, s) / np.dot(100 * n, 100 * n)) + 1e-12  # never louder than the input

@@ -104,3 +104,15 @@ def test_clips_of_other_lengths_run_through_the_fixed_point_variant_too(capsys, 
     r = json.loads((tmp_path / "r" / "report.json").read_text())
     (row,) = r["results"]
     assert row["evaluation"]["n_samples"] == 2 and np.isfinite(row["evaluation"]["value"])
+
+
+def test_a_folder_reads_wav_files_whatever_the_case_of_their_extension(tmp_path):
+    from edgesmith.models.lrnn.audio import is_wav_folder, load_wav_folder
+
+    x = (np.random.default_rng(0).normal(size=1600) * 3000).astype(np.int16)
+    for sub, name in (("noisy", "A.WAV"), ("clean", "a.wav"), ("noisy", "b.wav"), ("clean", "b.wav")):
+        (tmp_path / sub).mkdir(exist_ok=True)
+        wavfile.write(tmp_path / sub / name, 16000, x)
+    split, has_clean, _ = load_wav_folder(tmp_path)
+    assert has_clean and list(split.noise) == ["A.WAV", "b.wav"]
+    assert is_wav_folder(tmp_path / "noisy")
