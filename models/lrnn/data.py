@@ -95,6 +95,8 @@ class DataConfig(Config):
     reverb_p: float = 0.3
     n_utterances: int = 600
     seed: int = 0
+    real_p: float = 0.0  # share of train and val clips whose speech is a real recording (models/lrnn/speech.py)
+    narrowband_p: float = 0.0  # share of train and val clips whose speech (and half the time the mix) is 8 kHz band
 
     def validate(self) -> None:
         for name in ("n_train", "n_val", "n_test"):
@@ -106,6 +108,9 @@ class DataConfig(Config):
             self._fail("snrs_db", "is empty", "give at least one mixing SNR in dB.")
         if not 0.0 <= self.reverb_p <= 1.0:
             self._fail("reverb_p", f"is {self.reverb_p}", "use a probability from 0 to 1.")
+        for name in ("real_p", "narrowband_p"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                self._fail(name, f"is {getattr(self, name)}", "use a share from 0 to 1.")
         if self.n_utterances < 8:
             self._fail("n_utterances", f"is {self.n_utterances}", "use at least 8 sentences per world (babble needs talkers).")
 
@@ -114,7 +119,11 @@ class DataConfig(Config):
         return cls(n_train=8, n_val=4, n_test=4, clip_s=0.5, n_utterances=16, seed=seed)
 
     def key(self) -> str:
-        return hashlib.sha256(json.dumps({**asdict(self), "version": DATA_VERSION}, sort_keys=True).encode()).hexdigest()[:16]
+        fields = asdict(self)
+        for name in ("real_p", "narrowband_p"):  # settings added later: at 0 they leave the older keys as they were
+            if not fields[name]:
+                del fields[name]
+        return hashlib.sha256(json.dumps({**fields, "version": DATA_VERSION}, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -275,9 +284,13 @@ def room(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def _make_split(n: int, cfg: DataConfig, seed: int, speech: list[np.ndarray], kinds_cycle=NOISES,
-                balanced: bool = False) -> Split:
+                balanced: bool = False, real: list[np.ndarray] | None = None) -> Split:
     """``n`` mixtures; noise kinds cycle through ``kinds_cycle``; ``balanced``: the SNRs cycle too (every
-    kind at every SNR equally often, as a test set should be), else each clip draws its SNR."""
+    kind at every SNR equally often, as a test set should be), else each clip draws its SNR. With ``real``
+    passages, a share ``cfg.real_p`` of the clips speak them and ``cfg.narrowband_p`` pass an 8 kHz band
+    (only the speech, or half the time the whole mixture: a phone call in a noisy room, or a noisy line)."""
+    from edgesmith.models.lrnn.speech import narrowband
+
     rng = np.random.default_rng(seed)
     length = int(round(cfg.clip_s * SR))
     noisy, clean = np.zeros((n, length), np.float32), np.zeros((n, length), np.float32)
@@ -285,16 +298,27 @@ def _make_split(n: int, cfg: DataConfig, seed: int, speech: list[np.ndarray], ki
     for i in range(n):
         target = int(rng.integers(len(speech)))
         s = _place(speech[target], length, rng)
+        band, talkers = "", speech[:target] + speech[target + 1 :]
+        if real is not None:  # draws only where asked, so the clips of older settings keep their bytes
+            pick = int(rng.integers(len(real)))
+            if rng.random() < cfg.real_p:
+                s = _place(real[pick], length, rng)
+            talkers = talkers + real[:pick] + real[pick + 1 :]  # a crowd of real voices too
+            if rng.random() < cfg.narrowband_p:
+                band = "mix" if rng.random() < 0.5 else "speech"
+                s = narrowband(s) if band == "speech" else s
         if rng.random() < cfg.reverb_p:
             s = room(s, rng)
         s *= 10 ** (rng.uniform(-35, -15) / 20) / (np.sqrt(np.mean(s ** 2)) + 1e-12)
         kind = kinds_cycle[i % len(kinds_cycle)] if n >= len(kinds_cycle) else str(rng.choice(kinds_cycle))
         draw = int(rng.integers(len(cfg.snrs_db)))
         snr = float(cfg.snrs_db[(i // len(kinds_cycle)) % len(cfg.snrs_db) if balanced else draw])
-        talkers = speech[:target] + speech[target + 1 :]
         noise = make_noise(kind, length, rng, talkers) * np.sqrt(np.mean(s ** 2)) * 10 ** (-snr / 20)
-        peak = max(1.0, float(np.abs(s + noise).max()) / 0.99)  # no clipping: scale both, the SNR stays
-        clean[i], noisy[i], snrs[i] = s / peak, (s + noise) / peak, snr
+        mix = s + noise
+        if band == "mix":  # the line's band limits speech and noise alike; the SNR is the wideband one
+            s, mix = narrowband(s), narrowband(mix)
+        peak = max(1.0, float(np.abs(mix).max()) / 0.99)  # no clipping: scale both, the SNR stays
+        clean[i], noisy[i], snrs[i] = s / peak, mix / peak, snr
         kinds.append(kind)
     return Split(noisy, clean, snrs, np.array(kinds))
 
@@ -304,12 +328,18 @@ def _synthesize(cfg: DataConfig, path: Path) -> None:
     with scratch_dir("espeak") as tmp:
         pools = {"train": utterances(TRAIN, cfg.n_utterances, cfg.seed * 1000 + 1, Path(tmp)),
                  "heldout": utterances(HELDOUT, max(8, cfg.n_utterances // 3), cfg.seed * 1000 + 2, Path(tmp))}
+        real = {}
+        if cfg.real_p or cfg.narrowband_p:  # real talkers of their own for train and val; the test split stays synthesized
+            from edgesmith.models.lrnn.speech import speech_pool
+
+            real = {role: speech_pool(role, max(4, cfg.n_utterances // 20), cfg.clip_s + 1.0, cfg.seed * 1000 + 300 * k)
+                    for k, role in enumerate(("train", "val"), start=1)}
         for j, (name, n, pool) in enumerate((("train", cfg.n_train, "train"), ("val", cfg.n_val, "train"),
                                              ("test", cfg.n_test, "heldout"))):
             # training sees babble twice as often: competing talkers are the hardest noise to learn
             cycle = NOISES + ("babble",) if name == "train" else NOISES
             split = _make_split(int(n), cfg, cfg.seed * 1000 + 17 * (j + 1), pools[pool], cycle,
-                                balanced=name == "test")
+                                balanced=name == "test", real=real.get(name))
             arrays.update({f"{name}_{k}": getattr(split, k) for k in ("noisy", "clean", "snr_db", "noise")})
     with atomic_path(path, force=True) as tmp_path:
         with open(tmp_path, "wb") as f:

@@ -36,12 +36,16 @@ class LrnnDenoiser(Producer):
     audio_rate = SR  # `edgesmith denoise` resamples audio to this rate for the model, and back
 
     def __init__(self, seed: int = 0, tiny: bool = False, width: float | None = None, epochs: int | None = None,
-                 n_train: int | None = None):
+                 n_train: int | None = None, real_p: float | None = None, narrowband_p: float | None = None):
         super().__init__(seed=seed)
         self.tiny = tiny
         self.data_cfg = DataConfig.tiny(seed) if tiny else DataConfig(seed=seed)
-        if n_train is not None:  # fewer training clips (a sweep's budget); the held-out test split stays as it is
-            self.data_cfg = DataConfig(**{**asdict(self.data_cfg), "n_train": n_train})
+        # fewer training clips (a sweep's budget; the held-out test split stays as it is), real recorded talkers,
+        # telephone-band speech: each changes the training data, and so the weights' cache key
+        changes = {k: v for k, v in (("n_train", n_train), ("real_p", real_p), ("narrowband_p", narrowband_p))
+                   if v is not None}
+        if changes:
+            self.data_cfg = DataConfig(**{**asdict(self.data_cfg), **changes})
         self.model_cfg = S5Config(width=width if width is not None else (0.25 if tiny else 3.0),
                                   n_layers=2 if tiny else 3)
         self.train_cfg = TrainConfig(epochs=epochs if epochs is not None else (2 if tiny else 30), seed=seed)
