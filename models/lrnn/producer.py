@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from edgesmith.models.base import Evaluation, Metric, Producer, register_producer
-from edgesmith.common import cache_dir, load_or_train
+from edgesmith.common import EdgesmithError, cache_dir, load_or_train
 from edgesmith.models.lrnn.data import HOP, N_BINS, SR, DataConfig, features, load_splits, stft
 from edgesmith.models.lrnn.s5 import S5Config, S5Denoiser
 from edgesmith.models.lrnn.train import TrainConfig, score, train
@@ -30,15 +30,24 @@ class LrnnDenoiser(Producer):
     name = "lrnn-denoiser"
     tiny_options = {"tiny": True}
     description = "S5-style linear RNN speech denoiser (STFT 512/128 mask), espeak-ng speech + generated noise"
-    metric = Metric("si_snr", higher_is_better=True, unit="dB")
+    # the improvement over the noisy input: a clip's absolute SI-SNR says as much about its SNR as about the model
+    metric = Metric("si_snri", higher_is_better=True, unit="dB")
     kind = "stream"
     frame_seconds = HOP / SR  # one STFT hop: 8 ms of audio per input frame
     audio_rate = SR  # `edgesmith denoise` resamples audio to this rate for the model, and back
 
     def __init__(self, seed: int = 0, tiny: bool = False, width: float | None = None, epochs: int | None = None,
-                 n_train: int | None = None, real_p: float | None = None, narrowband_p: float | None = None):
+                 n_train: int | None = None, real_p: float | None = None, narrowband_p: float | None = None,
+                 eval_clips: int | None = None, eval_clip_s: float | None = None):
         super().__init__(seed=seed)
         self.tiny = tiny
+        # a short evaluation (a Lava simulation runs at some 30x real time): ``eval_clips`` test clips spread over
+        # every noise type and SNR, cut to ``eval_clip_s`` seconds; the training data and the weights stay as they are
+        if eval_clips is not None and (not isinstance(eval_clips, int) or eval_clips < 1):
+            raise EdgesmithError(f"eval_clips={eval_clips!r} is not a positive whole number.", "pass eval_clips=1 or more.")
+        if eval_clip_s is not None and not 0.05 <= float(eval_clip_s) <= 30:
+            raise EdgesmithError(f"eval_clip_s={eval_clip_s!r} is outside 0.05-30 s.", "pass a clip length in seconds.")
+        self.eval_clips, self.eval_clip_s = eval_clips, eval_clip_s
         self.data_cfg = DataConfig.tiny(seed) if tiny else DataConfig(seed=seed)
         # fewer training clips (a sweep's budget; the held-out test split stays as it is), real recorded talkers,
         # telephone-band speech: each changes the training data, and so the weights' cache key
@@ -53,7 +62,24 @@ class LrnnDenoiser(Producer):
     def splits(self):
         if not hasattr(self, "splits_"):
             self.splits_ = load_splits(self.data_cfg)
+            if self.eval_clips or self.eval_clip_s:
+                self.splits_ = {**self.splits_, "test": self._short_test(self.splits_["test"])}
         return self.splits_
+
+    def _short_test(self, test):
+        """The test split's first ``eval_clips`` clips of a stride that walks the noise types and SNRs together (the
+        split cycles the types clip by clip and the SNRs every len(NOISES) clips), cut to ``eval_clip_s``."""
+        from edgesmith.models.lrnn.data import NOISES, Split
+
+        n = len(test)
+        idx = np.arange(n)
+        if self.eval_clips:
+            k = min(self.eval_clips, n)
+            idx = np.arange(k) * (len(NOISES) + 1)
+            if idx[-1] >= n:  # a split too short for the stride: clips evenly spaced over it
+                idx = np.unique(np.linspace(0, n - 1, k).round().astype(int))
+        cut = test.noisy.shape[1] if not self.eval_clip_s else int(round(float(self.eval_clip_s) * SR))
+        return Split(test.noisy[idx, :cut], test.clean[idx, :cut], test.snr_db[idx], test.noise[idx])
 
     def _cache_path(self):
         key = repr((self.name, self.data_cfg.key(), self.model_cfg.to_dict(), asdict(self.train_cfg),
@@ -75,7 +101,7 @@ class LrnnDenoiser(Producer):
         the user's clips once ``use_user_data`` has read them."""
         if getattr(self, "user_frames_", None):
             return (self.user_frames_, N_BINS)
-        return (int(round(self.data_cfg.clip_s * SR)) // HOP + 1, N_BINS)
+        return (int(round((self.eval_clip_s or self.data_cfg.clip_s) * SR)) // HOP + 1, N_BINS)
 
     def features(self, split: str) -> np.ndarray:
         return features(stft(self.splits()[split].noisy).abs()).numpy()
@@ -83,7 +109,10 @@ class LrnnDenoiser(Producer):
     def calibration_data(self, n: int = 128) -> np.ndarray:
         if getattr(self, "user_calibration_", None) is not None:
             return np.ascontiguousarray(self.user_calibration_[:n])
-        return features(stft(self.splits()["train"].noisy[:n]).abs()).numpy()  # n clips, not the whole split
+        clips = self.splits()["train"].noisy[:n]  # n clips, not the whole split
+        if self.eval_clip_s:  # one clip length per run, as the evaluation's
+            clips = clips[:, : int(round(float(self.eval_clip_s) * SR))]
+        return features(stft(clips).abs()).numpy()
 
     def use_user_data(self, calibration_data=None, eval_data=None) -> list[str] | None:
         """The user's audio: folders of WAV files (``models/lrnn/audio.py``) replace the test split (scored by
@@ -123,7 +152,7 @@ class LrnnDenoiser(Producer):
 
     def evaluate(self, predict, split: str = "test", with_stoi: bool = True) -> Evaluation:
         res = score(lambda f: np.asarray(predict(f)), self.splits()[split], with_stoi=with_stoi)
-        return Evaluation(self.metric, res["si_snr_db"], res["n_clips"], extra=res)
+        return Evaluation(self.metric, res["si_snr_improvement_db"], res["n_clips"], extra=res)
 
     def report_notes(self) -> list[str]:
         return list(getattr(self, "user_notes_", None) or [])

@@ -76,7 +76,7 @@ def test_deploy_scores_the_users_wavs(capsys, wav_dir, tmp_path):
                  "--quiet"])
     assert code == 0, capsys.readouterr().err
     r = json.loads((tmp_path / "r" / "report.json").read_text())
-    assert r["reference"]["evaluation"]["metric"] == "si_snr" and r["reference"]["evaluation"]["n_samples"] == 3
+    assert r["reference"]["evaluation"]["metric"] == "si_snri" and r["reference"]["evaluation"]["n_samples"] == 3
     code = main(["deploy", "lrnn-denoiser", "--model-option", "tiny=true", "--target", "host-cpu",
                  "--eval-data", str(wav_dir / "noisy"), "--out", str(tmp_path / "r2")])
     assert code == 2 and "clean/" in capsys.readouterr().err  # noisy clips alone cannot be scored

@@ -70,7 +70,7 @@ def test_tiny_producer_trains_to_better_than_untrained():
     untrained = S5Denoiser(prod.model_cfg, seed=0).eval()
     before = prod.evaluate(lambda f: untrained(torch.from_numpy(f)).detach().numpy(), split="train",
                            with_stoi=False)
-    assert prod.metric.name == "si_snr" and prod.metric.higher_is_better
+    assert prod.metric.name == "si_snri" and prod.metric.higher_is_better
     assert trained.value > before.value
     assert prod.input_shape == (63, 257)
 
@@ -103,3 +103,25 @@ def test_the_streaming_step_is_the_forward_pass_frame_by_frame_and_exports_to_on
         feed = dict(zip([n for n, _ in spec["state"]], new))
         outs.append(o)
     np.testing.assert_allclose(np.stack(outs, 1), ref.numpy(), atol=1e-5)
+
+
+def test_a_short_evaluation_walks_every_noise_type_and_snr_and_keeps_the_weights():
+    from edgesmith.common import EdgesmithError
+
+    full = get_producer("lrnn-denoiser", tiny=True)
+    short = get_producer("lrnn-denoiser", tiny=True, eval_clips=3, eval_clip_s=0.25)
+    test = short.splits()["test"]
+    assert test.noisy.shape == (3, 4000)
+    assert short._cache_path() == full._cache_path()  # the same shipped weights serve both
+    assert short.input_shape == (32, 257) and short.calibration_data(2).shape[1] == 32
+    big = get_producer("lrnn-denoiser", eval_clips=10)._short_test(full.splits()["test"])
+    assert len(big) == 4  # never more clips than the split holds
+    from edgesmith.models.lrnn.data import NOISES, Split
+
+    n = 15 * len(NOISES)  # the default test split's layout: types cycle clip by clip, SNRs every len(NOISES) clips
+    layout = Split(np.zeros((n, 8)), np.zeros((n, 8)), np.tile(np.repeat([-5.0, 0, 5, 10, 15], len(NOISES)), 3),
+                   np.array(list(NOISES) * 15))
+    six = get_producer("lrnn-denoiser", eval_clips=6)._short_test(layout)
+    assert len(set(six.snr_db.tolist())) == 5 and len(set(six.noise.tolist())) == 6  # not six clips at -5 dB
+    with pytest.raises(EdgesmithError, match="eval_clips"):
+        get_producer("lrnn-denoiser", eval_clips=0)

@@ -13,7 +13,8 @@ from edgesmith.models import get_producer
 @pytest.mark.slow
 @pytest.mark.parametrize("target, model_options, options", [
     ("host-cpu", {}, {}),  # `edgesmith denoise` and the demo's host deploy: the default model and kind options
-    ("loihi2", {"tiny": True}, {"prune_epochs": 1, "qat_epochs": 1}),  # the demo's Lava deploy
+    ("loihi2", {"eval_clips": 6, "eval_clip_s": 0.5}, {}),  # the demo's Lava deploy: the default model, short clips
+    ("loihi2", {"tiny": True}, {"prune_epochs": 1, "qat_epochs": 1}),  # the tiny model of the tests
 ])
 def test_an_empty_cache_loads_every_denoiser_model_from_the_shipped_weights(tmp_path, monkeypatch, target,
                                                                              model_options, options):
