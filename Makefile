@@ -18,11 +18,17 @@ PRETRAINED_NODEPS := rapidocr-onnxruntime==1.4.4
 
 .PHONY: setup demo test benchmark clean-cache
 
-setup: $(STAMP) $(LAVA_STAMP) $(VENV)/.espeak
+setup: $(STAMP) $(LAVA_STAMP) $(VENV)/.espeak $(VENV)/.speech
 
 # espeak-ng synthesizes the LRNN denoiser's speech locally (models/lrnn/data.py); installed only if missing
 $(VENV)/.espeak: | $(STAMP)
 	command -v espeak-ng || (apt-get update && apt-get install -y espeak-ng)
+	@touch $@
+
+# real recorded talkers the denoiser trains and is checked on (models/lrnn/speech.py names the packages)
+$(VENV)/.speech: | $(STAMP)
+	pkgs="$$($(VENV)/bin/python -c 'from edgesmith.models.lrnn.speech import PACKAGES; print(*PACKAGES)')"; \
+	dpkg -s $$pkgs >/dev/null 2>&1 || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$pkgs)
 	@touch $@
 
 $(STAMP): pyproject.toml setup.py
