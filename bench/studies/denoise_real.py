@@ -109,7 +109,7 @@ def _summary(sc: dict, split, idx) -> dict:
 
 
 def run(role: str = "test", model_options: dict | None = None, per_cell: int = 2, lava_clips: int = 1,
-        quick: bool = False, long_s: float = 60.0, log=print) -> dict:
+        quick: bool = False, long_s: float = 60.0, systems=SYSTEMS, log=print) -> dict:
     split, who = mixtures(role, per_cell=1 if quick else per_cell, clip_s=2.0 if quick else 4.0)
     idx = np.arange(len(split))
     prod = get_producer("lrnn-denoiser", tiny=quick, **(model_options or {})).build()
@@ -124,7 +124,7 @@ def run(role: str = "test", model_options: dict | None = None, per_cell: int = 2
                                 "wall time per clip"}
     with tempfile.TemporaryDirectory(prefix="edgesmith-real-") as tmp:
         fixed_masks = None
-        for variant, runtime in SYSTEMS:
+        for variant, runtime in systems:
             fn = rnnoise_enhance() if variant == "rnnoise" else _mask_system(prod, variant, runtime, Path(tmp))
             if fn is None:
                 report["rows"].append({"variant": variant, "runtime": runtime, "missing": "pip install 'edgesmith[peer]'"})
@@ -287,13 +287,15 @@ def main(argv=None) -> int:
     ap.add_argument("--model-option", action="append", metavar="KEY=VALUE")
     ap.add_argument("--per-cell", type=int, default=2)
     ap.add_argument("--lava-clips", type=int, default=1)
+    ap.add_argument("--systems", default=",".join(v for v, _ in SYSTEMS),
+                    help="which of dense, fixed, rnnoise to run (fixed also enables the Lava check)")
     ap.add_argument("--long-s", type=float, default=60.0, help="length of the drift check's file (0: skip it)")
     ap.add_argument("--quick", action="store_true", help="the tiny model on 1 clip per cell of 2 s (seconds)")
     ap.add_argument("--force", action="store_true")
     args = ap.parse_args(argv)
     try:
         report = run(args.role, parse_key_values(args.model_option, "--model-option"), args.per_cell, args.lava_clips,
-                     args.quick, args.long_s)
+                     args.quick, args.long_s, [sr for sr in SYSTEMS if sr[0] in args.systems.split(",")])
         with atomic_path(Path(args.out), force=args.force) as tmp:
             tmp.mkdir(parents=True)
             write_json(tmp / "report.json", report)
