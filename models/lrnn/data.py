@@ -146,14 +146,17 @@ class Split:
 
 
 class _CachedSplit(Split):
-    """A split of the cache file whose arrays are read when first used: naming it (its ``key``, what cache keys
-    of fine-tuned models hash) costs nothing, and the 0.5 GB of training clips load only when training needs them."""
+    """A split of the cache file whose arrays are made (once, for every split) and read when first used: naming
+    it (its ``key``, what cache keys of fine-tuned models hash) costs nothing, so a deploy whose compressed models
+    all come from the cache never synthesizes data, and the 0.5 GB of training clips load only when training
+    needs them."""
 
-    def __init__(self, path: Path, name: str, key: str):
-        self._path, self._name, self.key, self._arrays = path, name, key, {}
+    def __init__(self, path: Path, name: str, key: str, cfg: "DataConfig"):
+        self._path, self._name, self.key, self._arrays, self._cfg = path, name, key, {}, cfg
 
     def _get(self, field: str) -> np.ndarray:
         if field not in self._arrays:
+            _ensure(self._cfg, self._path)
             with np.load(self._path, allow_pickle=False) as z:
                 self._arrays[field] = z[f"{self._name}_{field}"]
         return self._arrays[field]
@@ -346,9 +349,8 @@ def _synthesize(cfg: DataConfig, path: Path) -> None:
             np.savez(f, **arrays)
 
 
-def load_splits(cfg: DataConfig) -> dict[str, Split]:
-    """{"train", "val", "test"} for ``cfg`` (test is the held-out world): made once, then read from the cache."""
-    path = cache_dir() / "lrnn-data" / f"speech-{cfg.key()}.npz"
+def _ensure(cfg: DataConfig, path: Path) -> None:
+    """The cache file of ``cfg``'s splits, made if missing; a damaged one is deleted with an error."""
     if not path.exists():
         with build_lock(path):  # parallel sweep cells with the same data settings synthesize it once
             if not path.exists():
@@ -358,7 +360,13 @@ def load_splits(cfg: DataConfig) -> dict[str, Split]:
     if missing:
         path.unlink(missing_ok=True)
         raise EdgesmithError(f"the cached denoiser data {path} lacks {sorted(missing)[0]}.", "run again: it was deleted and is made anew.")
-    return {name: _CachedSplit(path, name, f"{cfg.key()}/{name}") for name in ("train", "val", "test")}
+
+
+def load_splits(cfg: DataConfig) -> dict[str, Split]:
+    """{"train", "val", "test"} for ``cfg`` (test is the held-out world): made once, when first read, then read
+    from the cache."""
+    path = cache_dir() / "lrnn-data" / f"speech-{cfg.key()}.npz"
+    return {name: _CachedSplit(path, name, f"{cfg.key()}/{name}", cfg) for name in ("train", "val", "test")}
 
 
 # --- signal processing ------------------------------------------------------------------------------

@@ -111,3 +111,22 @@ def test_a_room_keeps_the_length_and_adds_a_decaying_tail():
     y = D.room(x, np.random.default_rng(1))
     assert y.shape == x.shape and y[100] == pytest.approx(1.0) and np.abs(y[2000:4000]).max() > 0
     assert np.abs(y[:100]).max() < 1e-6  # causal: nothing before the direct sound (FFT rounding aside)
+
+
+def test_naming_a_split_makes_no_data_and_a_damaged_cache_file_is_one_error_then_made_anew(tmp_path, monkeypatch):
+    # a deploy whose compressed models all come from the cache needs the splits' keys, not their clips
+    from edgesmith.common import EdgesmithError
+    from edgesmith.models.lrnn import data
+
+    monkeypatch.setenv("EDGESMITH_CACHE", str(tmp_path))
+    made = []
+    real = data._synthesize
+    monkeypatch.setattr(data, "_synthesize", lambda cfg, path: made.append(path) or real(cfg, path))
+    cfg = data.DataConfig.tiny(seed=3)
+    splits = data.load_splits(cfg)
+    assert splits["train"].key.endswith("/train") and not made
+    assert len(splits["test"].noisy) == cfg.n_test and len(made) == 1
+    np.savez(made[0], train_noisy=np.zeros(2))  # damaged: arrays missing
+    with pytest.raises(EdgesmithError, match="lacks"):
+        _ = data.load_splits(cfg)["val"].clean
+    assert len(data.load_splits(cfg)["val"].clean) == cfg.n_val and len(made) == 2
