@@ -63,7 +63,9 @@ def test_tree_policy_deploys_engine_onnx_and_compiled_c_rows(capsys, tmp_path):
 
 
 def test_stream_deploys_to_loihi2_with_lava_bit_exact_against_numba(capsys, tmp_path):
+    # one clip of 0.25 s (eval_clips, eval_clip_s): Lava's simulation is most of the time, the check the same
     r = _deploy(capsys, tmp_path, "lrnn-denoiser", "--target", "loihi2", "--model-option", "tiny=true",
+                "--model-option", "eval_clips=1", "--model-option", "eval_clip_s=0.25",
                 "--option", "prune_epochs=1", "--option", "qat_epochs=1")
     assert r["kind"]["name"] == "stream" and r["unit"] == "clip"
     (row,) = r["results"]
