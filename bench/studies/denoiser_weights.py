@@ -4,8 +4,9 @@
 
 Trains, in empty caches (``EDGESMITH_CACHE`` = ``--cache``/SETTING, shipped weights switched off with
 ``EDGESMITH_NO_SHIPPED_WEIGHTS=1``), what ``edgesmith denoise`` and ``make demo`` load: the default S5
-denoiser and its prune-lrnn and qat-lrnn models at the host-cpu plan's options (about 25 minutes on 2
-cores), and the seconds-long tiny model with the demo's Lava options. Prints, for each retrained file, the
+denoiser and its prune-lrnn and qat-lrnn models at the host-cpu plan's options (about an hour on 2 cores;
+its data needs the real talkers' Debian packages, which ``make setup`` installs), and the seconds-long tiny
+model with the tests' Lava options. Prints, for each retrained file, the
 shipped file it stands for and whether the bytes are equal; exit status 1 if any differs beyond float rounding.
 Same seed, same torch build (the cache keys hold the torch version), same CPU kernels: same bytes, training is
 deterministic on CPU. A CPU whose float kernels differ (the files were made on an AVX2-only AMD EPYC; on an
@@ -24,11 +25,11 @@ from pathlib import Path
 
 SETTINGS = {  # (model options, target, kind options): the builds the shipped files stand for
     "default": ({}, "host-cpu", {}),
-    "tiny-demo": ({"tiny": True}, "loihi2", {"prune_epochs": 1, "qat_epochs": 1}),
+    "tiny-demo": ({"tiny": True}, "loihi2", {"prune_epochs": 1, "qat_epochs": 1}),  # the tests' Lava deploys
 }
 STAGES = ("lrnn-denoiser", "prune-lrnn", "qat-lrnn")  # each file's name begins with its stage
 SHIPPED = {  # the shipped file of each setting and stage (models/weights/README.md)
-    "default": ("lrnn-denoiser-a1663e09647d7b62.pt", "prune-lrnn-83450a88c8aba1e8.pt", "qat-lrnn-cc13b31d9050454f.pt"),
+    "default": ("lrnn-denoiser-d578552d63875581.pt", "prune-lrnn-721a278e93d82904.pt", "qat-lrnn-cecdf2ea9693c565.pt"),
     "tiny-demo": ("lrnn-denoiser-7a20d02cccebac07.pt", "prune-lrnn-f664c2fc8edca9f3.pt", "qat-lrnn-35c277efebe2464f.pt"),
 }
 TOLERANCE = 1e-4
